@@ -1,0 +1,1 @@
+"""Built-in rnnkit recipes (installed as the import package `rnnkit_recipes`)."""

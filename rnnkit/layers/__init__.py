@@ -1,0 +1,5 @@
+"""Recurrent and attention layers written from the textbook equations.
+
+Every layer is weight-compatible with the Keras built-in of the same name and is
+registered for `.keras` serialization under the package name "rnnkit".
+"""
