@@ -1,0 +1,448 @@
+"""Typed recipe configuration: dataclass defaults <- TOML file <- command line.
+
+A recipe's configuration is one top-level dataclass (a subclass of `RecipeConfig`) with
+four nested sections, each itself a dataclass:
+
+- `data`        where the data comes from and how it is cut (`data.path`, ...)
+- `model`       the architecture (`model.units`, `model.cell_type`, ...)
+- `train`       the training loop the runner drives (`train.epochs`, `train.seed`, ...)
+- `evaluation`  how the test figures are computed (`evaluation.folds`, ...)
+
+Every leaf field is declared with `field(default, help=...)`, so the same declaration
+gives the default, the help text of the generated command-line option and the type that
+a value from TOML or from `--set key=value` is checked against. A key is always
+addressed by its dotted path, the same in all three places:
+
+    rnnkit run stock --set data.path=prices.csv --model.units 64
+
+    # my.toml
+    [data]
+    path = "prices.csv"
+    [model]
+    units = 64
+
+Unknown keys are errors that name the nearest valid key. Supported leaf types: `bool`,
+`int`, `float`, `str`, `X | None` of those, and `tuple[int, ...]` / `tuple[str, ...]`
+(written as TOML arrays, or comma-separated on the command line). A field may restrict
+its values with `choices=(...)`. `None` cannot be written in TOML, so an optional field
+is left out of a written file when it is `None`; reading the file back gives the
+default, which is why every optional field must default to `None`.
+
+This module is light (no TensorFlow, no Keras): `rnnkit list` and `--help` import it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rnnkit.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "DataConfig",
+    "EvaluationConfig",
+    "ModelConfig",
+    "RecipeConfig",
+    "TrainConfig",
+    "field",
+    "section",
+]
+
+SECTIONS = ("data", "model", "train", "evaluation")
+ConfigT = TypeVar("ConfigT", bound="RecipeConfig")
+
+
+def field(
+    default: Any,
+    *,
+    help: str,  # noqa: A002 - the name click and argparse use
+    choices: tuple[Any, ...] | None = None,
+) -> Any:
+    """Declares one configuration value: its default, help text and allowed values.
+
+    Args:
+        default: the default value (an immutable value: use tuples, not lists).
+        help: one sentence shown by `rnnkit run NAME --help`.
+        choices: if given, the only values accepted.
+    """
+    if choices is not None and default is not None and default not in choices:
+        raise ValueError(f"default {default!r} is not one of choices {choices!r}")
+    return dataclasses.field(
+        default=default, metadata={"help": help, "choices": choices}
+    )
+
+
+def section(cls: type, help: str = "", **defaults: Any) -> Any:  # noqa: A002
+    """Declares a nested section; `defaults` override the section class's own defaults.
+
+    Example: `train: TrainConfig = section(TrainConfig, epochs=30, batch_size=32)`.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(defaults) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    return dataclasses.field(
+        default_factory=lambda: cls(**defaults), metadata={"help": help}
+    )
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Base of every recipe's `data` section."""
+
+    path: str | None = field(
+        None,
+        help="Local data file or folder to read instead of the default source.",
+    )
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Base of every recipe's `model` section (recipes add the architecture)."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """The training loop's settings (read by the runner and by `build_model`)."""
+
+    epochs: int = field(10, help="Maximum number of passes over the training data.")
+    batch_size: int = field(64, help="Examples per gradient step.")
+    learning_rate: float = field(1e-3, help="Optimizer step size.")
+    patience: int = field(
+        5,
+        help="Stop after this many epochs without a better validation loss "
+        "(0 disables early stopping); the best weights are kept.",
+    )
+    shuffle: bool = field(True, help="Shuffle training examples every epoch.")
+    seed: int = field(
+        1337, help="Seed for weights, shuffling and dropout (same seed, same run)."
+    )
+    device: str = field(
+        "auto",
+        help="Where to train: auto (GPU if present), cpu, or gpu.",
+        choices=("auto", "cpu", "gpu"),
+    )
+    mixed_precision: bool = field(
+        False, help="Compute in float16 with float32 weights (mixed_float16 policy)."
+    )
+
+
+@dataclasses.dataclass
+class EvaluationConfig:
+    """How the test figures are computed."""
+
+    folds: int = field(
+        0,
+        help="Walk-forward backtest folds (expanding window, refit per fold); "
+        "0 uses the single chronological split.",
+    )
+
+
+@dataclasses.dataclass
+class RecipeConfig:
+    """Top-level configuration: one dataclass per section.
+
+    A recipe subclasses it and replaces the sections with its own subclasses:
+
+        @dataclasses.dataclass
+        class StockConfig(RecipeConfig):
+            data: StockData = section(StockData)
+            model: StockModel = section(StockModel)
+            train: TrainConfig = section(TrainConfig, epochs=30)
+    """
+
+    data: DataConfig = section(DataConfig, "Where the data comes from.")
+    model: ModelConfig = section(ModelConfig, "The architecture.")
+    train: TrainConfig = section(TrainConfig, "The training loop.")
+    evaluation: EvaluationConfig = section(EvaluationConfig, "The test evaluation.")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Nested plain dictionary {section: {field: value}} (tuples kept as tuples)."""
+        return {
+            name: {
+                f.name: getattr(getattr(self, name), f.name)
+                for f in dataclasses.fields(getattr(self, name))
+            }
+            for name in SECTIONS
+        }
+
+    def flat(self) -> dict[str, Any]:
+        """Flat dictionary {"section.field": value}."""
+        return {
+            f"{name}.{key}": value
+            for name, values in self.to_dict().items()
+            for key, value in values.items()
+        }
+
+    def with_values(self: ConfigT, values: Mapping[str, Any]) -> ConfigT:
+        """A checked copy with dotted keys set, e.g. `{"model.units": 64}`."""
+        return apply_values(self, values, source="value")
+
+    def get(self, key: str) -> Any:
+        """The value at a dotted key such as "model.units"."""
+        section_name, name = _split_key(type(self), key)
+        return getattr(getattr(self, section_name), name)
+
+
+# -- Field introspection ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldInfo:
+    """One leaf field of a config class: its dotted key, type, default and help."""
+
+    key: str
+    type: Any
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None
+
+
+def fields_of(config_cls: type[RecipeConfig]) -> list[FieldInfo]:
+    """Every leaf field of a config class, section by section, in declaration order."""
+    defaults = config_cls()
+    top_hints = typing.get_type_hints(config_cls)
+    infos = []
+    for section_name in SECTIONS:
+        section_cls = top_hints[section_name]
+        hints = typing.get_type_hints(section_cls)
+        section_default = getattr(defaults, section_name)
+        for f in dataclasses.fields(section_cls):
+            infos.append(
+                FieldInfo(
+                    key=f"{section_name}.{f.name}",
+                    type=hints[f.name],
+                    default=getattr(section_default, f.name),
+                    help=f.metadata.get("help", ""),
+                    choices=f.metadata.get("choices"),
+                )
+            )
+    return infos
+
+
+def _field_map(config_cls: type[RecipeConfig]) -> dict[str, FieldInfo]:
+    return {info.key: info for info in fields_of(config_cls)}
+
+
+def _suggest(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    if not close:
+        # A bare field name ("units") usually means the dotted key that ends with it.
+        close = [v for v in valid if v.split(".")[-1] == key.split(".")[-1]][:1]
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _split_key(config_cls: type[RecipeConfig], key: str) -> tuple[str, str]:
+    valid = list(_field_map(config_cls))
+    if key not in valid:
+        raise ConfigError(f"unknown config key {key!r}{_suggest(key, valid)}")
+    section_name, name = key.split(".", 1)
+    return section_name, name
+
+
+# -- Value checking and parsing -------------------------------------------------------
+
+
+def _strip_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], len(args) != len(typing.get_args(tp))
+    return tp, False
+
+
+def type_name(tp: Any) -> str:
+    """Short human name of a field type, for help text and errors."""
+    base, optional = _strip_optional(tp)
+    if typing.get_origin(base) is tuple:
+        name = f"list of {typing.get_args(base)[0].__name__}"
+    else:
+        name = base.__name__
+    return f"{name} or none" if optional else name
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _parse_scalar(base: type, text: str) -> Any:
+    if base is bool:
+        return _parse_bool(text)
+    if base is int:
+        return int(text)
+    if base is float:
+        return float(text)
+    return text
+
+
+def parse_text(info: FieldInfo, text: str) -> Any:
+    """Converts command-line text to the field's type ("none" clears an optional)."""
+    base, optional = _strip_optional(info.type)
+    if optional and text.strip().lower() in ("none", "null", ""):
+        return None
+    try:
+        if typing.get_origin(base) is tuple:
+            item_type = typing.get_args(base)[0]
+            items = [t.strip() for t in text.split(",") if t.strip()]
+            return tuple(_parse_scalar(item_type, t) for t in items)
+        return _parse_scalar(base, text)
+    except ValueError:
+        raise ConfigError(
+            f"{info.key}: expected {type_name(info.type)}, got {text!r}"
+        ) from None
+
+
+def check_value(info: FieldInfo, value: Any, source: str) -> Any:
+    """Returns `value` converted to the field's type, or raises ConfigError."""
+    base, optional = _strip_optional(info.type)
+    where = f"{info.key} ({source})"
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: a value is required")
+    if typing.get_origin(base) is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(
+                f"{where}: expected {type_name(info.type)}, got {value!r}"
+            )
+        item_type = typing.get_args(base)[0]
+        fake = FieldInfo(info.key, item_type, None, "", None)
+        return tuple(check_value(fake, item, source) for item in value)
+    if base is bool:
+        ok = isinstance(value, bool)
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, base)
+    if not ok:
+        raise ConfigError(f"{where}: expected {type_name(info.type)}, got {value!r}")
+    if info.choices is not None and value not in info.choices:
+        allowed = ", ".join(str(c) for c in info.choices)
+        raise ConfigError(f"{where}: {value!r} is not one of {allowed}")
+    return value
+
+
+def apply_values(
+    config: ConfigT, values: Mapping[str, Any], source: str = "value"
+) -> ConfigT:
+    """A deep copy of `config` with dotted keys set to (type-checked) values."""
+    fields = _field_map(type(config))
+    result = copy.deepcopy(config)
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown config key {key!r} ({source}){_suggest(key, list(fields))}"
+            )
+        section_name, name = key.split(".", 1)
+        setattr(
+            getattr(result, section_name), name, check_value(fields[key], value, source)
+        )
+    return result
+
+
+def parse_assignments(
+    config_cls: type[RecipeConfig], assignments: list[str]
+) -> dict[str, Any]:
+    """Parses `--set key=value` strings into {dotted key: typed value}."""
+    fields = _field_map(config_cls)
+    values = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ConfigError(f"--set expects key=value, got {assignment!r}")
+        if key not in fields:
+            raise ConfigError(
+                f"unknown config key {key!r} (--set){_suggest(key, list(fields))}"
+            )
+        values[key] = parse_text(fields[key], text)
+    return values
+
+
+# -- TOML -------------------------------------------------------------------------
+
+
+def _flatten_toml(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    flat = {}
+    for section_name, table in document.items():
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"{path}: top-level key {section_name!r} must be a table "
+                f"such as [{section_name}]; valid tables: {', '.join(SECTIONS)}"
+            )
+        for name, value in table.items():
+            flat[f"{section_name}.{name}"] = value
+    return flat
+
+
+def load_toml(config_cls: type[ConfigT], path: str | Path) -> ConfigT:
+    """Defaults of `config_cls` overridden by the values in a TOML file."""
+    path = Path(path)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read config file {path}: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    return apply_values(config_cls(), _flatten_toml(document, path), source=str(path))
+
+
+def resolve(
+    config_cls: type[ConfigT],
+    config_file: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ConfigT:
+    """Defaults <- TOML file <- typed overrides (e.g. from `parse_assignments`)."""
+    config = load_toml(config_cls, config_file) if config_file else config_cls()
+    return apply_values(config, overrides or {}, source="command line")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def to_toml(config: RecipeConfig, header: str = "") -> str:
+    """The config as TOML text that `load_toml` reads back to an equal config."""
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    for section_name, values in config.to_dict().items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{section_name}]")
+        for name, value in values.items():
+            if value is None:
+                lines.append(f"# {name} is unset (None)")
+            else:
+                lines.append(f"{name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,197 @@
+"""The recipe contract: what a recipe provides and what the runner does with it.
+
+A recipe describes one sequence task — its data, its model, its search space, its honest
+evaluation — and nothing else. The runner (`rnnkit.runner`) owns everything around it:
+seeds, device and distribution strategy, mixed precision, `model.fit` and its callbacks,
+the run directory and its atomic writes. Recipes never call `fit` themselves.
+
+Writing a recipe
+----------------
+1. Configuration. Subclass the section dataclasses of `rnnkit.config` and declare each
+   value with `field(default, help=...)`; combine them in a `RecipeConfig` subclass:
+
+       @dataclasses.dataclass
+       class MyData(DataConfig):          # DataConfig already has `path`
+           window: int = field(30, help="Past days the model sees.")
+
+       @dataclasses.dataclass
+       class MyModel(ModelConfig):
+           units: int = field(64, help="Recurrent units per layer.")
+           cell_type: str = field("lstm", help="Cell.", choices=("lstm", "gru"))
+
+       @dataclasses.dataclass
+       class MyConfig(RecipeConfig):
+           data: MyData = section(MyData)
+           model: MyModel = section(MyModel)
+           train: TrainConfig = section(TrainConfig, epochs=20)  # new defaults
+
+   Every key is then addressable as `data.window`, `model.units`, `train.epochs` in a
+   TOML file (`[data]` table, `window = 30`), with `--set data.window=30`, and with the
+   generated option `--data.window 30`.
+
+2. The class. Subclass `Recipe`, set `name`, `summary` and `Config`, implement the five
+   methods below, and keep the module light: import Keras, TensorFlow and pandas inside
+   the methods, because `rnnkit list` imports every recipe module to read its summary
+   and must not import TensorFlow.
+
+3. Registration. Declare the class as an entry point of the group "rnnkit.recipes":
+
+       [project.entry-points."rnnkit.recipes"]
+       my_task = "my_package.recipe:MyRecipe"
+
+   Built-in recipes live in `recipes/<name>/` (installed as `rnnkit_recipes.<name>`)
+   with the same files everywhere: `__init__.py`, `recipe.py`, `data.py`,
+   `configs/default.toml`, `configs/smoke.toml`, `README.md`.
+
+The methods
+-----------
+- `load_data(config) -> RecipeData`: the train / validation / test splits, plus anything
+  the model or the evaluation needs to know (vocabularies, scalers, dates), from the
+  default source or `config.data.path`. Raise `DataError` with a one-line message for a
+  missing, unreadable or malformed source. Splits are `(x, y)` tuples of arrays (the
+  runner batches and shuffles them with `train.batch_size` / `train.shuffle`) or already
+  batched `tf.data.Dataset`s of `(x, y)` (the recipe batches them with
+  `train.batch_size`).
+- `build_model(config, data) -> keras.Model`: compiled, built only from rnnkit layers
+  and models and Keras layers (no `Lambda`), so `keras.saving.load_model` reloads it
+  in safe mode. Put preprocessing that prediction needs inside the model
+  where Keras has a layer for it (`Normalization`, `TextVectorization`, ...), so that
+  `model.keras` alone is enough to predict. Read `config.train.learning_rate` for the
+  optimizer. Under `train.mixed_precision` the global policy is already `mixed_float16`
+  when this is called: give the output layer `dtype="float32"`.
+- `search_space(hp, config) -> config`: a new config whose values come from the Keras
+  Tuner `hp` object, for example
+  `config.with_values({"model.units": hp.Int("units", 16, 128)})`.
+  Model code never calls `hp.*`; `build_model` only reads the config.
+- `evaluate(model, data, config) -> Metrics`: figures on `data.test` as a table
+  {system: {metric: value}}. The first row is "model"; every other row is a baseline
+  computed on the same test examples (e.g. "persistence"), so the two can be read side
+  by side. Values are plain floats.
+- `predict(model, inputs, config) -> list[str]`: `inputs` are the command-line arguments
+  of `rnnkit predict` (file paths, sentences, ...); return human-readable lines.
+
+Optional hooks (defaults do nothing or refuse):
+- `write_plots(model, data, config, plot_dir)`: extra figures for the run directory,
+  written with `rnnkit.plots` (atomic PNG writes). The runner already plots the
+  training curves.
+- `backtest_folds(data, config)`: the per-fold datasets of a walk-forward backtest,
+  needed only if the recipe supports `evaluation.folds > 0`. The runner trains a fresh
+  model on each and reports per-fold and mean figures.
+- `objective`: the Keras metric name that tuning minimises (default "val_loss").
+
+What the commands call
+----------------------
+`rnnkit run` resolves the config, calls `load_data`, `build_model`, fits, then
+`evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
+`model.keras` and `config.toml`, sets `data.path` to PATH if given, and calls
+`load_data` and `evaluate` (no training). `rnnkit predict RUN_DIR INPUT...` reloads them
+and calls `predict` without loading any data. `rnnkit tune` calls `search_space` and
+`build_model` once per trial and minimises `objective` on the validation split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rnnkit.config import (
+    DataConfig,
+    EvaluationConfig,
+    ModelConfig,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+from rnnkit.errors import ConfigError, DataError, RnnkitError
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DataError",
+    "EvaluationConfig",
+    "Metrics",
+    "ModelConfig",
+    "Recipe",
+    "RecipeConfig",
+    "RecipeData",
+    "RnnkitError",
+    "TrainConfig",
+    "field",
+    "section",
+]
+
+# {system: {metric: value}}: the "model" row first, then one row per baseline.
+Metrics = dict[str, dict[str, float]]
+
+
+@dataclasses.dataclass
+class RecipeData:
+    """The splits a recipe hands to the runner; subclasses add what else they need.
+
+    Each split is an `(x, y)` tuple of arrays (or of dicts / tuples of arrays for models
+    with several inputs), which the runner batches, or a batched `tf.data.Dataset`.
+    """
+
+    train: Any
+    validation: Any
+    test: Any
+
+
+class Recipe:
+    """Base class of every recipe. See the module docstring for the contract."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Config: ClassVar[type[RecipeConfig]] = RecipeConfig
+    objective: ClassVar[str] = "val_loss"
+
+    def load_data(self, config: RecipeConfig) -> RecipeData:
+        """The train / validation / test splits (and metadata) for `config`."""
+        raise NotImplementedError
+
+    def build_model(self, config: RecipeConfig, data: RecipeData) -> keras.Model:
+        """A compiled model made of rnnkit and Keras layers only."""
+        raise NotImplementedError
+
+    def search_space(
+        self, hp: keras_tuner.HyperParameters, config: RecipeConfig
+    ) -> RecipeConfig:
+        """A new config with tunable values drawn from `hp`."""
+        raise NotImplementedError(f"recipe {self.name!r} defines no search space")
+
+    def evaluate(
+        self, model: keras.Model, data: RecipeData, config: RecipeConfig
+    ) -> Metrics:
+        """Test-split figures: the model's and the baselines' {system: {metric: v}}."""
+        raise NotImplementedError
+
+    def predict(
+        self, model: keras.Model, inputs: Sequence[str], config: RecipeConfig
+    ) -> list[str]:
+        """Human-readable predictions for the command-line `inputs`."""
+        raise NotImplementedError
+
+    def write_plots(
+        self,
+        model: keras.Model,
+        data: RecipeData,
+        config: RecipeConfig,
+        plot_dir: Path,
+    ) -> None:
+        """Writes extra PNG figures into `plot_dir` (optional hook)."""
+
+    def backtest_folds(
+        self, data: RecipeData, config: RecipeConfig
+    ) -> Iterable[RecipeData]:
+        """Per-fold splits for `evaluation.folds > 0` (optional hook)."""
+        raise ConfigError(
+            f"recipe {self.name!r} has no walk-forward backtest; "
+            "leave evaluation.folds at 0"
+        )
