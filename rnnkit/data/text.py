@@ -1,0 +1,491 @@
+"""Labelled text for classification: readers, cleanup, label mapping and splits.
+
+Three sources, each returning texts and raw labels that `load_text_classification`
+cleans, maps to class indices and splits reproducibly:
+
+- IMDB reviews through tensorflow-datasets (`imdb_reviews`, downloads when online);
+- a CSV or TSV table, optionally gzipped, with configurable text and label columns;
+- an aclImdb folder: `train/<class>/*.txt`, optionally `test/<class>/*.txt`.
+
+Every problem with the input (a missing column, an unknown label, a single class, bytes
+that are not in the declared encoding) raises `rnnkit.errors.DataError` with a one-line
+message that names the file and the fix, before TensorFlow ever sees the data.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import gzip
+import html
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rnnkit.errors import DataError
+
+# A tag such as `<br />` or `<i>`: IMDB reviews keep the HTML line breaks of the site.
+HTML_TAG_PATTERN = r"<[^<>]{0,64}>"
+_HTML_TAG = re.compile(HTML_TAG_PATTERN)
+_WHITESPACE = re.compile(r"\s+")
+
+# Class folders of the aclImdb layout that hold no labels.
+_UNLABELLED_FOLDERS = frozenset({"unsup"})
+# Well-known sentiment label spellings, listed negative first so that negative -> 0.
+_ORDERED_LABEL_SETS = (("negative", "positive"), ("neg", "pos"))
+_TFDS_HINT = (
+    "point data.path at local files instead, e.g. "
+    "--set data.path=../shared/data/sentiment/imdb_train.csv.gz "
+    "--set data.test_path=../shared/data/sentiment/imdb_test.csv.gz "
+    "(a CSV/TSV, optionally gzipped, or an aclImdb folder)"
+)
+
+
+@dataclass(frozen=True)
+class TextSplit:
+    """Texts and their class indices (0 .. num_classes - 1)."""
+
+    texts: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass(frozen=True)
+class TextClassificationData:
+    """Train, validation and test splits with the class names in index order.
+
+    `notes` records what loading did that a person should know about: dropped empty
+    texts, how labels were mapped, where the validation split came from.
+    """
+
+    train: TextSplit
+    validation: TextSplit
+    test: TextSplit
+    class_names: tuple[str, ...]
+    source: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def clean_text(text: str) -> str:
+    """Removes HTML remnants (tags, entities) and collapses whitespace."""
+    text = html.unescape(_HTML_TAG.sub(" ", text))
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def table_delimiter(path: Path) -> str:
+    """The delimiter of a CSV or TSV file, from its name (`.gz` allowed)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    extension = suffixes[-1] if suffixes else ""
+    if extension == ".csv":
+        return ","
+    if extension in (".tsv", ".tab"):
+        return "\t"
+    raise DataError(
+        f"{path}: cannot tell the table format from the name; expected .csv or .tsv "
+        "(optionally .gz), or an aclImdb folder"
+    )
+
+
+def read_table(
+    path: str | Path,
+    text_column: str = "text",
+    label_column: str = "label",
+    encoding: str = "utf-8",
+) -> tuple[list[str], list[str]]:
+    """Reads texts and raw labels (as strings) from a CSV or TSV file.
+
+    CSV files use RFC 4180 quoting; TSV files are read without quote handling, as GLUE
+    writes them (SST-2 sentences contain unbalanced quote characters). Values are read
+    verbatim: a review that says "NA" stays "NA".
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    delimiter = table_delimiter(path)
+    options = dict(
+        sep=delimiter,
+        encoding=encoding,
+        dtype=str,
+        keep_default_na=False,
+        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL,
+    )
+    try:
+        columns = list(pd.read_csv(path, nrows=0, **options).columns)
+        _check_columns(path, columns, {"text": text_column, "label": label_column})
+        table = pd.read_csv(path, usecols=[text_column, label_column], **options)
+    except UnicodeDecodeError as error:
+        raise _encoding_error(path, error, encoding) from error
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{path}: cannot read the file ({error})") from error
+    except pd.errors.ParserError as error:
+        detail = str(error).strip().splitlines()[0]
+        raise DataError(f"{path}: malformed table ({detail})") from error
+    except pd.errors.EmptyDataError as error:
+        raise DataError(f"{path}: the file is empty") from error
+    return table[text_column].tolist(), table[label_column].tolist()
+
+
+def read_aclimdb(
+    folder: str | Path, split: str, encoding: str = "utf-8"
+) -> tuple[list[str], list[str]]:
+    """Reads `folder/split/<class>/*.txt` (the aclImdb layout); labels are folder names.
+
+    Files are read in the order of their numeric id (`<id>_<rating>.txt`), so the
+    result does not depend on the file system. The unlabelled `unsup` folder is skipped.
+    """
+    split_folder = Path(folder) / split
+    class_folders = sorted(
+        child
+        for child in split_folder.iterdir()
+        if child.is_dir() and child.name not in _UNLABELLED_FOLDERS
+    )
+    if not class_folders:
+        raise DataError(
+            f"{split_folder}: no class folders; the aclImdb layout is "
+            f"{split}/pos/*.txt and {split}/neg/*.txt"
+        )
+    texts, labels = [], []
+    for class_folder in class_folders:
+        files = sorted(class_folder.glob("*.txt"), key=_review_file_order)
+        if not files:
+            raise DataError(f"{class_folder}: no .txt files")
+        for file in files:
+            try:
+                texts.append(file.read_bytes().decode(encoding))
+            except UnicodeDecodeError as error:
+                raise _encoding_error(file, error, encoding) from error
+            labels.append(class_folder.name)
+    return texts, labels
+
+
+def load_tfds_imdb(
+    data_dir: str | None = None,
+) -> tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]]:
+    """Train and test reviews of `imdb_reviews` from tensorflow-datasets (0 = negative).
+
+    Downloads the data set (about 80 MB) on first use. Without a connection, raises a
+    one-line `DataError` that says how to use local files instead.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise DataError(
+            f"tensorflow-datasets is not installed ({error}); {_TFDS_HINT}"
+        ) from error
+    try:
+        train, test = tfds.load(
+            "imdb_reviews",
+            split=["train", "test"],
+            as_supervised=True,
+            batch_size=-1,
+            data_dir=data_dir,
+        )
+    except Exception as error:  # noqa: BLE001 - download failures come in many types
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DataError(
+            f"cannot load imdb_reviews through tensorflow-datasets ({reason}); "
+            f"{_TFDS_HINT}"
+        ) from error
+    return _decode_tfds_split(tfds.as_numpy(train)), _decode_tfds_split(
+        tfds.as_numpy(test)
+    )
+
+
+def map_labels(
+    raw_labels: Sequence[object], class_names: Sequence[str] = ()
+) -> tuple[np.ndarray, tuple[str, ...], str]:
+    """Maps raw labels to class indices; returns (indices, class names, description).
+
+    With `class_names`, labels are either the names themselves (case-insensitive) or,
+    when the names are not numbers, indices into the list (0, 1, ...). Without,
+    integer labels keep their numeric order, negative/positive (or neg/pos) put
+    negative first, and other strings are sorted.
+    """
+    keys = [_label_key(label) for label in raw_labels]
+    missing = [row for row, key in enumerate(keys) if key == ""]
+    if missing:
+        raise DataError(
+            f"{len(missing)} empty label(s), the first at example {missing[0] + 1}"
+        )
+    distinct = sorted(set(keys))
+    if class_names:
+        names = tuple(str(name) for name in class_names)
+        lookup = {name.lower(): index for index, name in enumerate(names)}
+        if not all(_is_integer(name) for name in names) and all(
+            _is_integer(key) and 0 <= int(key) < len(names) for key in distinct
+        ):
+            lookup = {str(index): index for index in range(len(names))}
+        unknown = [key for key in distinct if key.lower() not in lookup]
+        if unknown:
+            raise DataError(
+                f"unknown label(s) {_preview(unknown)}; the classes are "
+                f"{list(names)} (labels may also be their indices 0..{len(names) - 1})"
+            )
+        indices = np.array([lookup[key.lower()] for key in keys], dtype="int64")
+    else:
+        names = _infer_class_order(distinct)
+        position = {name: index for index, name in enumerate(names)}
+        indices = np.array([position[key] for key in keys], dtype="int64")
+    first_key = dict(zip(indices.tolist(), keys, strict=True))
+    description = "labels " + ", ".join(
+        f"{first_key[index]!r} -> {index}"
+        + (f" ({name})" if name != first_key[index] else "")
+        for index, name in enumerate(names)
+        if index in first_key
+    )
+    return indices, names, description
+
+
+def stratified_split(
+    labels: np.ndarray, fractions: Sequence[float], seed: int
+) -> list[np.ndarray]:
+    """Splits example indices into len(fractions) + 1 parts, class by class.
+
+    Part k gets `fractions[k]` of every class (rounded, at least one example when the
+    fraction is positive); the last part gets the rest. The same labels and seed give
+    the same parts on every machine. Each part's indices are sorted.
+    """
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in range(len(fractions) + 1)]
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        start = 0
+        for part, fraction in zip(parts, fractions, strict=False):
+            size = max(1, round(fraction * len(members))) if fraction > 0 else 0
+            part.append(members[start : start + size])
+            start += size
+        if start >= len(members):
+            raise DataError(
+                f"class {label} has only {len(members)} example(s): too few to split "
+                f"into fractions {list(fractions)} with some left for training"
+            )
+        parts[-1].append(members[start:])
+    return [np.sort(np.concatenate(part)) for part in parts]
+
+
+def stratified_sample(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Sorted indices of a class-balanced reproducible sample of at most `size`."""
+    if size <= 0 or size >= len(labels):
+        return np.arange(len(labels))
+    return stratified_split(labels, [size / len(labels)], seed)[0]
+
+
+def load_text_classification(
+    path: str | Path | None = None,
+    test_path: str | Path | None = None,
+    *,
+    text_column: str = "text",
+    label_column: str = "label",
+    class_names: Sequence[str] = (),
+    encoding: str = "utf-8",
+    validation_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    limit: int = 0,
+    seed: int = 0,
+    tfds_data_dir: str | None = None,
+) -> TextClassificationData:
+    """Loads, cleans, maps and splits labelled text from the source `path` names.
+
+    - `path` None: IMDB through tensorflow-datasets (its own train/test split).
+    - `path` a folder: the aclImdb layout; `test/` is the test split when present.
+    - `path` a file: a CSV/TSV table; the test split is `test_path` when given,
+      otherwise `test_fraction` of the file.
+    The validation split is always `validation_fraction` of the training data,
+    stratified and seeded, so early stopping never sees the test split. `limit` > 0
+    keeps a stratified sample of at most that many examples per split before the
+    validation split is carved out (for quick trials on large data).
+    """
+    if not 0 < validation_fraction < 1 or not 0 <= test_fraction < 1:
+        raise DataError(
+            "validation_fraction must be in (0, 1) and test_fraction in [0, 1); got "
+            f"{validation_fraction} and {test_fraction}"
+        )
+    if test_path and (path is None or Path(path).is_dir()):
+        raise DataError("data.test_path needs data.path to be a CSV or TSV file")
+    notes: list[str] = []
+    if path is None:
+        (train_texts, train_raw), test_part = load_tfds_imdb(tfds_data_dir)
+        source = "imdb_reviews (tensorflow-datasets)"
+        class_names = class_names or ("negative", "positive")
+    elif Path(path).is_dir():
+        train_texts, train_raw = _read_aclimdb_split(path, "train", encoding)
+        has_test = (Path(path) / "test").is_dir()
+        test_part = read_aclimdb(path, "test", encoding) if has_test else None
+        source = f"aclImdb folder {path}"
+    else:
+        columns = dict(text_column=text_column, label_column=label_column)
+        train_texts, train_raw = read_table(path, encoding=encoding, **columns)
+        test_part = (
+            read_table(test_path, encoding=encoding, **columns) if test_path else None
+        )
+        source = str(path) + (f" (test: {test_path})" if test_path else "")
+
+    train = _labelled_split(train_texts, train_raw, class_names, "training", notes)
+    names = train.class_names
+    if len(np.unique(train.split.labels)) < 2:
+        raise DataError(
+            f"the training data has a single class ({names[train.split.labels[0]]!r}); "
+            "a classifier needs examples of at least two classes"
+        )
+    if test_part is None:
+        train_index, test_index = stratified_split(
+            train.split.labels, [test_fraction], seed
+        )
+        test = _subset(train.split, test_index)
+        train_split = _subset(train.split, train_index)
+        notes.append(f"test split: {test_fraction:.0%} of the data (seed {seed})")
+    else:
+        test = _labelled_split(*test_part, class_names or names, "test", notes).split
+        train_split = train.split
+    if limit > 0:
+        train_split = _subset(
+            train_split, stratified_sample(train_split.labels, limit, seed)
+        )
+        test = _subset(test, stratified_sample(test.labels, limit, seed))
+        notes.append(f"data.limit: at most {limit} examples per split")
+    fit_index, validation_index = stratified_split(
+        train_split.labels, [1 - validation_fraction], seed
+    )
+    notes.append(
+        f"validation split: {validation_fraction:.0%} of the training data "
+        f"(seed {seed})"
+    )
+    return TextClassificationData(
+        train=_subset(train_split, fit_index),
+        validation=_subset(train_split, validation_index),
+        test=test,
+        class_names=names,
+        source=source,
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class _Labelled:
+    split: TextSplit
+    class_names: tuple[str, ...]
+
+
+def _labelled_split(
+    texts: Sequence[str],
+    raw_labels: Sequence[object],
+    class_names: Sequence[str],
+    split: str,
+    notes: list[str],
+) -> _Labelled:
+    """Cleans the texts, drops empty ones (noted) and maps the labels."""
+    cleaned = [clean_text(text) for text in texts]
+    keep = [index for index, text in enumerate(cleaned) if text]
+    if not keep:
+        raise DataError(f"every {split} text is empty after HTML cleanup")
+    if len(keep) < len(cleaned):
+        notes.append(
+            f"dropped {len(cleaned) - len(keep)} empty {split} text(s) "
+            f"of {len(cleaned)}"
+        )
+    try:
+        labels, names, description = map_labels(
+            [raw_labels[index] for index in keep], class_names
+        )
+    except DataError as error:
+        raise DataError(f"{split} data: {error}") from error
+    notes.append(f"{split} {description}")
+    texts_array = np.empty(len(keep), dtype=object)
+    texts_array[:] = [cleaned[index] for index in keep]
+    return _Labelled(TextSplit(texts_array, labels), names)
+
+
+def _subset(split: TextSplit, index: np.ndarray) -> TextSplit:
+    return TextSplit(split.texts[index], split.labels[index])
+
+
+def _read_aclimdb_split(
+    folder: str | Path, split: str, encoding: str
+) -> tuple[list[str], list[str]]:
+    if not (Path(folder) / split).is_dir():
+        raise DataError(
+            f"{folder}: not a file and not an aclImdb folder (no {split}/ inside); "
+            "expected train/pos/*.txt, train/neg/*.txt and optionally test/..."
+        )
+    return read_aclimdb(folder, split, encoding)
+
+
+def _label_key(label: object) -> str:
+    """A canonical string for a raw label: 1, 1.0 and "1" all become "1"."""
+    if isinstance(label, bytes):
+        label = label.decode("utf-8", errors="replace")
+    if isinstance(label, (bool, np.bool_)):
+        return str(int(label))
+    if isinstance(label, (int, np.integer)):
+        return str(int(label))
+    if isinstance(label, (float, np.floating)):
+        if np.isnan(label):
+            return ""
+        return str(int(label)) if float(label).is_integer() else str(label)
+    key = str(label).strip()
+    try:
+        number = float(key)
+    except ValueError:
+        return key
+    return str(int(number)) if number.is_integer() else key
+
+
+def _is_integer(key: str) -> bool:
+    return re.fullmatch(r"-?\d+", key) is not None
+
+
+def _infer_class_order(distinct: list[str]) -> tuple[str, ...]:
+    if all(_is_integer(key) for key in distinct):
+        return tuple(sorted(distinct, key=int))
+    lowered = {key.lower() for key in distinct}
+    for ordered in _ORDERED_LABEL_SETS:
+        if lowered <= set(ordered):
+            by_lower = {key.lower(): key for key in distinct}
+            return tuple(by_lower[name] for name in ordered if name in by_lower)
+    return tuple(distinct)
+
+
+def _check_columns(path: Path, columns: list[str], wanted: dict[str, str]) -> None:
+    for role, column in wanted.items():
+        if column not in columns:
+            close = difflib.get_close_matches(column, columns, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DataError(
+                f"{path}: no {role} column {column!r}{hint}; the columns are "
+                f"{columns}: set data.{role}_column"
+            )
+
+
+def _encoding_error(path: Path, error: UnicodeDecodeError, encoding: str) -> Exception:
+    return DataError(
+        f"{path}: not valid {encoding} text (byte {error.object[error.start]:#04x} "
+        "cannot be decoded); set data.encoding to the file's encoding, e.g. latin-1"
+    )
+
+
+def _preview(values: list[str], size: int = 5) -> str:
+    shown = ", ".join(repr(value) for value in values[:size])
+    return shown + (f" and {len(values) - size} more" if len(values) > size else "")
+
+
+def _review_file_order(file: Path) -> tuple[int, str]:
+    number = file.stem.split("_", 1)[0]
+    return (int(number), file.name) if number.isdigit() else (-1, file.name)
+
+
+def _decode_tfds_split(arrays: tuple[np.ndarray, np.ndarray]) -> tuple[list, list]:
+    texts, labels = arrays
+    return [text.decode("utf-8") for text in texts], [int(label) for label in labels]
