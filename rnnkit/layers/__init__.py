@@ -3,3 +3,7 @@
 Every layer is weight-compatible with the Keras built-in of the same name and is
 registered for `.keras` serialization under the package name "rnnkit".
 """
+
+from rnnkit.layers.gru import GRU, GRUCell
+from rnnkit.layers.lstm import LSTM, LSTMCell
+from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell

@@ -1,0 +1,359 @@
+"""What the recurrent cells and layers share: arguments, dropout masks, the step loop.
+
+A cell keeps the Keras weight layout (`kernel`, `recurrent_kernel`, `bias`, gates side
+by side along the last axis) so that weights move to and from `keras.layers.LSTM`,
+`GRU` and `SimpleRNN` with `get_weights`/`set_weights`. Inside the step, though, each
+gate multiplies by its own weight block: the layer splits the weights into per-gate
+matrices once per sequence, outside the time loop, and the step runs the gates as
+independent matmuls. On a CPU this trains faster than one fused matmul per step
+followed by a split (see `benchmarks/recurrent.py`).
+
+Under a mixed-precision policy the gates are computed in the compute dtype (float16)
+but the recurrent state that is carried from step to step (the LSTM cell state, the
+GRU and simple-RNN hidden state) is kept in float32, so that small updates are not
+rounded away over long sequences.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+# Keras' own recurrent layers run their time loop through `backend.rnn` and take the
+# cuDNN kernel through `backend.lstm`/`backend.gru`; neither is exported publicly.
+# `DropoutRNNCell` is the mix-in that `keras.layers.RNN` recognises to refresh a
+# cell's per-sequence dropout masks.
+from keras.src import backend as keras_backend
+from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
+
+STATE_DTYPE = "float32"
+
+
+def _check_rate(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"Argument `{name}` must be a float in [0, 1), received {name}={value!r}."
+        )
+    return float(value)
+
+
+class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
+    """Base class of the rnnkit cells: validated arguments, weights, dropout masks.
+
+    Subclasses set `num_gates`, implement `build`, `gate_weights` and `step`.
+    `gate_weights()` returns the weights split per gate; `step` computes one time
+    step from them. `call` (the `keras.layers.RNN` cell contract) is `step` with
+    freshly split weights, so a cell also works inside `keras.layers.RNN`.
+    """
+
+    num_gates = 1
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout=0.0,
+        recurrent_dropout=0.0,
+        seed=None,
+        **kwargs,
+    ):
+        if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
+            raise ValueError(
+                "Argument `units` must be a positive integer, "
+                f"received units={units!r}."
+            )
+        super().__init__(**kwargs)
+        self.units = units
+        self.activation = keras.activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.recurrent_constraint = keras.constraints.get(recurrent_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.dropout = _check_rate("dropout", dropout)
+        self.recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed=seed)
+        self.output_size = units
+
+    def _add_kernels(self, input_dim: int) -> None:
+        width = self.units * self.num_gates
+        self.kernel = self.add_weight(
+            shape=(input_dim, width),
+            name="kernel",
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.recurrent_kernel = self.add_weight(
+            shape=(self.units, width),
+            name="recurrent_kernel",
+            initializer=self.recurrent_initializer,
+            regularizer=self.recurrent_regularizer,
+            constraint=self.recurrent_constraint,
+        )
+
+    def _add_bias(self, shape, initializer) -> None:
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                shape=shape,
+                name="bias",
+                initializer=initializer,
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+
+    def _split_gates(self, weight, axis=-1):
+        """Splits a weight (in the compute dtype) into `num_gates` equal blocks."""
+        weight = ops.cast(weight, self.compute_dtype)
+        if self.num_gates == 1:
+            return [weight]
+        return ops.split(weight, self.num_gates, axis=axis)
+
+    def get_initial_state(self, batch_size=None):
+        return [
+            ops.zeros((batch_size, size), dtype=STATE_DTYPE)
+            for size in self._state_sizes()
+        ]
+
+    def _state_sizes(self):
+        size = self.state_size
+        return list(size) if isinstance(size, (list, tuple)) else [size]
+
+    def dropout_masks(self, inputs, state, training):
+        """The input and recurrent dropout masks for this sequence (or None)."""
+        if not training:
+            return None, None
+        input_mask = self.get_dropout_mask(inputs) if self.dropout > 0 else None
+        recurrent_mask = (
+            self.get_recurrent_dropout_mask(state)
+            if self.recurrent_dropout > 0
+            else None
+        )
+        return input_mask, recurrent_mask
+
+    def call(self, inputs, states, training=False):
+        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        input_mask, recurrent_mask = self.dropout_masks(inputs, states[0], training)
+        output, new_states = self.step(
+            inputs, states, self.gate_weights(), input_mask, recurrent_mask
+        )
+        # A loop we do not own (keras.layers.RNN) carries states in the dtype it chose.
+        new_states = [
+            ops.cast(new, old.dtype)
+            for new, old in zip(new_states, states, strict=True)
+        ]
+        return output, new_states if len(new_states) > 1 else new_states[0]
+
+    def get_config(self):
+        config = {
+            "units": self.units,
+            "activation": keras.activations.serialize(self.activation),
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "recurrent_initializer": keras.initializers.serialize(
+                self.recurrent_initializer
+            ),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "recurrent_regularizer": keras.regularizers.serialize(
+                self.recurrent_regularizer
+            ),
+            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            "recurrent_constraint": keras.constraints.serialize(
+                self.recurrent_constraint
+            ),
+            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+            "dropout": self.dropout,
+            "recurrent_dropout": self.recurrent_dropout,
+            "seed": self.seed,
+        }
+        return {**super().get_config(), **config}
+
+
+def _activation_name(function) -> str:
+    return keras.activations.serialize(function) if function else "linear"
+
+
+class RecurrentLayer(keras.layers.RNN):
+    """A `keras.layers.RNN` whose time loop feeds a cell its pre-split weights.
+
+    Subclasses pass their cell and may implement `_cudnn_blockers()` and
+    `_run_cudnn()` to hand a qualifying configuration to the fused cuDNN kernel.
+    After a call, `execution_path` says which path ran and why.
+    """
+
+    def __init__(
+        self,
+        cell,
+        return_sequences=False,
+        return_state=False,
+        go_backwards=False,
+        stateful=False,
+        unroll=False,
+        use_cudnn="auto",
+        **kwargs,
+    ):
+        if use_cudnn not in ("auto", True, False):
+            raise ValueError(
+                "Argument `use_cudnn` must be 'auto', True or False, "
+                f"received use_cudnn={use_cudnn!r}."
+            )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            **kwargs,
+        )
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+        self.use_cudnn = use_cudnn
+        self.execution_path = "not run yet"
+        if keras.backend.backend() == "tensorflow":
+            # XLA-compiled while loops run slower than the plain loop on CPU, and the
+            # cuDNN kernel cannot be compiled at all (as for keras.layers.LSTM).
+            self.supports_jit = False
+
+    def _cudnn_blockers(self, training) -> list[str]:
+        """Reasons this configuration cannot use cuDNN (empty: it can)."""
+        return ["no fused kernel for this cell"]
+
+    def _run_cudnn(self, sequences, initial_state, mask, training):
+        raise NotImplementedError
+
+    def _generic_blockers(self, training) -> list[str]:
+        cell = self.cell
+        reasons = []
+        if keras.backend.backend() != "tensorflow":
+            reasons.append(f"backend is {keras.backend.backend()}")
+        elif not keras_backend.cudnn_ok(
+            keras.activations.tanh, keras.activations.sigmoid, False, True
+        ):
+            reasons.append("no GPU visible")
+        if _activation_name(cell.activation) != "tanh":
+            reasons.append(f"activation={_activation_name(cell.activation)}")
+        if self.unroll:
+            reasons.append("unroll=True")
+        if not cell.use_bias:
+            reasons.append("use_bias=False")
+        if cell.recurrent_dropout > 0:
+            reasons.append(f"recurrent_dropout={cell.recurrent_dropout} > 0")
+        if self.use_cudnn is False:
+            reasons.append("use_cudnn=False")
+        return reasons
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        blockers = self._cudnn_blockers(training)
+        if not blockers:
+            try:
+                outputs = self._run_cudnn(sequences, initial_state, mask, training)
+                self.execution_path = "cudnn: fused kernel"
+                return outputs
+            except NotImplementedError:
+                blockers = ["the cuDNN kernel rejected this input"]
+        if self.use_cudnn is True:
+            raise ValueError(
+                f"`use_cudnn=True` but {self.name} cannot use cuDNN: "
+                f"{'; '.join(blockers)}. Pass use_cudnn='auto' to fall back to the "
+                "generic loop."
+            )
+        self.execution_path = f"generic loop: {'; '.join(blockers)}"
+        return self._generic_loop(sequences, initial_state, mask, training)
+
+    def _generic_loop(self, sequences, initial_state, mask, training):
+        cell = self.cell
+        # Split the weights and draw the dropout masks once per sequence, outside the
+        # loop: every step reuses them (variational dropout, Gal & Ghahramani 2016).
+        weights = cell.gate_weights()
+        input_mask, recurrent_mask = cell.dropout_masks(
+            sequences[:, 0, :], initial_state[0], training
+        )
+        initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
+
+        def step(inputs, states):
+            return cell.step(inputs, states, weights, input_mask, recurrent_mask)
+
+        return keras_backend.rnn(
+            step,
+            sequences,
+            initial_state,
+            go_backwards=self.go_backwards,
+            mask=mask,
+            unroll=self.unroll,
+            input_length=sequences.shape[1],
+            zero_output_for_mask=self.zero_output_for_mask,
+            return_all_outputs=self.return_sequences,
+        )
+
+    def call(self, sequences, initial_state=None, mask=None, training=False):
+        return super().call(
+            sequences, mask=mask, training=training, initial_state=initial_state
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        del config["cell"]
+        cell_config = self.cell.get_config()
+        for key in ("name", "trainable", "dtype"):
+            cell_config.pop(key, None)
+        return {**config, **cell_config, "use_cudnn": self.use_cudnn}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+_FORWARDED = frozenset(
+    [
+        "units",
+        "activation",
+        "recurrent_activation",
+        "use_bias",
+        "kernel_initializer",
+        "recurrent_initializer",
+        "bias_initializer",
+        "unit_forget_bias",
+        "kernel_regularizer",
+        "recurrent_regularizer",
+        "bias_regularizer",
+        "kernel_constraint",
+        "recurrent_constraint",
+        "bias_constraint",
+        "dropout",
+        "recurrent_dropout",
+        "reset_after",
+        "seed",
+    ]
+)
+
+
+def _forward_to_cell(name):
+    return property(
+        lambda self: getattr(self.cell, name),
+        doc=f"The cell's `{name}` argument.",
+    )
+
+
+for _name in _FORWARDED:
+    setattr(RecurrentLayer, _name, _forward_to_cell(_name))

@@ -1,0 +1,293 @@
+"""Gated recurrent unit: `GRUCell` (one step) and `GRU` (a whole sequence)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from rnnkit.layers._rnn_base import (
+    RecurrentCell,
+    RecurrentLayer,
+    _activation_name,
+    keras_backend,
+)
+
+UPDATE_GATE, RESET_GATE, CANDIDATE = range(3)
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class GRUCell(RecurrentCell):
+    """One time step of a gated recurrent unit.
+
+    With x_t the input, h_{t-1} the previous state and one weight block per gate
+    (sigma = `recurrent_activation`, phi = `activation`):
+
+        z_t = sigma(x_t W_z + b_z + h_{t-1} U_z + b'_z)       update gate
+        r_t = sigma(x_t W_r + b_r + h_{t-1} U_r + b'_r)       reset gate
+        reset_after=True (cuDNN's form, the Keras default):
+            n_t = phi(x_t W_h + b_h + r_t * (h_{t-1} U_h + b'_h))
+        reset_after=False (Cho et al., 2014):
+            n_t = phi(x_t W_h + b_h + (r_t * h_{t-1}) U_h)
+        h_t = z_t * h_{t-1} + (1 - z_t) * n_t
+
+    The weights are stored as in `keras.layers.GRUCell`: `kernel` [W_z W_r W_h]
+    (input_dim, 3 * units), `recurrent_kernel` [U_z U_r U_h] (units, 3 * units), and
+    `bias` of shape (2, 3 * units) with the input biases b in row 0 and the recurrent
+    biases b' in row 1 when `reset_after=True`, or (3 * units,) = b otherwise.
+
+    Args:
+        units: Positive integer, dimensionality of the state.
+        activation: phi, for the candidate. Default: `"tanh"`.
+        recurrent_activation: sigma, for the gates. Default: `"sigmoid"`.
+        use_bias: Whether the gates have biases. Default: `True`.
+        kernel_initializer, recurrent_initializer, bias_initializer: Initializers.
+            Default: `"glorot_uniform"`, `"orthogonal"`, `"zeros"`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: Default `None`.
+        kernel_constraint, recurrent_constraint, bias_constraint: Default `None`.
+        dropout: Fraction of the input units to drop (one mask per sequence).
+            Default: 0.
+        recurrent_dropout: Fraction of h_{t-1} to drop before the recurrent matmuls.
+            Default: 0.
+        reset_after: Apply the reset gate after the recurrent matmul.
+            Default: `True`.
+        seed: Seed of the dropout masks. Default: `None`.
+
+    Call arguments:
+        inputs: x_t, shape (batch, input_dim).
+        states: [h_{t-1}], shape (batch, units).
+        training: Whether dropout is active.
+
+    Returns:
+        `(h_t, h_t)`.
+
+    Example:
+    >>> keras.layers.RNN(GRUCell(4))(np.zeros((2, 10, 8))).shape
+    (2, 4)
+
+    Reference:
+        Cho et al. (2014), "Learning Phrase Representations using RNN
+        Encoder-Decoder for Statistical Machine Translation".
+    """
+
+    num_gates = 3
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        reset_after=True,
+        **kwargs,
+    ):
+        super().__init__(units, activation=activation, use_bias=use_bias, **kwargs)
+        self.recurrent_activation = keras.activations.get(recurrent_activation)
+        self.reset_after = bool(reset_after)
+        self.state_size = units
+
+    def build(self, input_shape):
+        self._add_kernels(input_shape[-1])
+        shape = (2, 3 * self.units) if self.reset_after else (3 * self.units,)
+        self._add_bias(shape, self.bias_initializer)
+
+    def gate_weights(self):
+        """([W_z, W_r, W_h], [U_z, U_r, U_h], input biases, recurrent biases)."""
+        input_biases = recurrent_biases = None
+        if self.use_bias and self.reset_after:
+            bias = ops.cast(self.bias, self.compute_dtype)
+            input_biases = ops.split(bias[0], 3)
+            recurrent_biases = ops.split(bias[1], 3)
+        elif self.use_bias:
+            input_biases = self._split_gates(self.bias)
+        return (
+            self._split_gates(self.kernel),
+            self._split_gates(self.recurrent_kernel),
+            input_biases,
+            recurrent_biases,
+        )
+
+    def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
+        """One step from pre-split weights; `states` = [h_{t-1}]."""
+        (h_prev,) = states
+        kernels, recurrent_kernels, input_biases, recurrent_biases = weights
+        x_t = inputs if input_mask is None else inputs * input_mask
+        h_in = ops.cast(h_prev, self.compute_dtype)
+        if recurrent_mask is not None:
+            h_in = h_in * recurrent_mask
+
+        def input_part(gate):  # x_t W_gate + b_gate, (batch, units)
+            x = ops.matmul(x_t, kernels[gate])
+            return x if input_biases is None else x + input_biases[gate]
+
+        def recurrent_part(gate, h):  # h U_gate + b'_gate, (batch, units)
+            r = ops.matmul(h, recurrent_kernels[gate])
+            return r if recurrent_biases is None else r + recurrent_biases[gate]
+
+        z_t = self.recurrent_activation(
+            input_part(UPDATE_GATE) + recurrent_part(UPDATE_GATE, h_in)
+        )
+        r_t = self.recurrent_activation(
+            input_part(RESET_GATE) + recurrent_part(RESET_GATE, h_in)
+        )
+        if self.reset_after:
+            n_t = self.activation(
+                input_part(CANDIDATE) + r_t * recurrent_part(CANDIDATE, h_in)
+            )
+        else:
+            n_t = self.activation(
+                input_part(CANDIDATE) + recurrent_part(CANDIDATE, r_t * h_in)
+            )
+        z_t = ops.cast(z_t, h_prev.dtype)
+        h_t = z_t * h_prev + (1.0 - z_t) * ops.cast(n_t, h_prev.dtype)
+        return ops.cast(h_t, self.compute_dtype), [h_t]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "recurrent_activation": _activation_name(self.recurrent_activation),
+            "reset_after": self.reset_after,
+        }
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class GRU(RecurrentLayer):
+    """Gated recurrent unit layer (Cho et al., 2014).
+
+    Runs `GRUCell` over a sequence. Takes the arguments of `keras.layers.GRU` and
+    stores the same weights, so `gru.set_weights(keras_gru.get_weights())` (and the
+    reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
+    configuration that cuDNN supports (tanh/sigmoid, `use_bias`,
+    `reset_after=True`, no `recurrent_dropout`, no `unroll`, right-padded masks)
+    runs through the fused cuDNN kernel with the same weights; otherwise a generic
+    loop runs the cell. `execution_path` says which path the last call took and why.
+
+    Args:
+        units, activation, recurrent_activation, use_bias, kernel_initializer,
+        recurrent_initializer, bias_initializer, kernel_regularizer,
+        recurrent_regularizer, bias_regularizer, kernel_constraint,
+        recurrent_constraint, bias_constraint, dropout, recurrent_dropout,
+        reset_after, seed: As for `GRUCell`.
+        activity_regularizer: Regularizer of the output. Default: `None`.
+        return_sequences: Return h_t for every step. Default: `False`.
+        return_state: Also return the final h_T. Default: `False`.
+        go_backwards: Read the sequence backwards and return the reversed sequence.
+            Default: `False`.
+        stateful: Carry the final state of batch i into batch i + 1; clear it with
+            `reset_state()`. Needs a fixed batch size. Default: `False`.
+        unroll: Unroll the loop (short sequences only). Default: `False`.
+        use_cudnn: `"auto"`, `True` (fail if not possible) or `False`.
+            Default: `"auto"`.
+
+    Call arguments:
+        sequences: (batch, time, features).
+        initial_state: Optional h_0, (batch, units).
+        mask: Optional (batch, time) booleans; masked steps keep the previous state.
+        training: Whether dropout is active.
+
+    Returns:
+        (batch, units), or (batch, time, units) with `return_sequences`; with
+        `return_state`, followed by h_T.
+
+    Example:
+    >>> GRU(4, return_sequences=True)(np.zeros((32, 10, 8))).shape
+    (32, 10, 4)
+
+    Reference:
+        Cho et al. (2014), "Learning Phrase Representations using RNN
+        Encoder-Decoder for Statistical Machine Translation".
+    """
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout=0.0,
+        recurrent_dropout=0.0,
+        seed=None,
+        return_sequences=False,
+        return_state=False,
+        go_backwards=False,
+        stateful=False,
+        unroll=False,
+        reset_after=True,
+        use_cudnn="auto",
+        **kwargs,
+    ):
+        cell = GRUCell(
+            units,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            reset_after=reset_after,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="gru_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            use_cudnn=use_cudnn,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+    def _cudnn_blockers(self, training):
+        reasons = self._generic_blockers(training)
+        recurrent = _activation_name(self.cell.recurrent_activation)
+        if recurrent != "sigmoid":
+            reasons.append(f"recurrent_activation={recurrent}")
+        if not self.cell.reset_after:
+            reasons.append("reset_after=False")
+        return reasons
+
+    def _run_cudnn(self, sequences, initial_state, mask, training):
+        input_mask, _ = self.cell.dropout_masks(
+            sequences[:, 0, :], initial_state[0], training
+        )
+        if input_mask is not None:
+            sequences = sequences * ops.expand_dims(input_mask, 1)  # (batch, time, in)
+        return keras_backend.gru(
+            sequences,
+            initial_state[0],
+            mask,
+            kernel=self.cell.kernel,
+            recurrent_kernel=self.cell.recurrent_kernel,
+            bias=self.cell.bias,
+            activation=self.cell.activation,
+            recurrent_activation=self.cell.recurrent_activation,
+            return_sequences=self.return_sequences,
+            go_backwards=self.go_backwards,
+            unroll=self.unroll,
+            reset_after=self.cell.reset_after,
+        )
+
+
+__all__ = ["GRUCell", "GRU"]

@@ -1,0 +1,327 @@
+"""Long short-term memory: `LSTMCell` (one step) and `LSTM` (a whole sequence)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from rnnkit.layers._rnn_base import (
+    RecurrentCell,
+    RecurrentLayer,
+    _activation_name,
+    keras_backend,
+)
+
+INPUT_GATE, FORGET_GATE, CANDIDATE, OUTPUT_GATE = range(4)
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class LSTMCell(RecurrentCell):
+    """One time step of a long short-term memory network.
+
+    With x_t the input, h_{t-1} and c_{t-1} the previous hidden and cell states, and
+    one weight block per gate (sigma = `recurrent_activation`, phi = `activation`):
+
+        i_t = sigma(x_t W_i + h_{t-1} U_i + b_i)      input gate
+        f_t = sigma(x_t W_f + h_{t-1} U_f + b_f)      forget gate
+        g_t = phi(x_t W_c + h_{t-1} U_c + b_c)        candidate cell
+        o_t = sigma(x_t W_o + h_{t-1} U_o + b_o)      output gate
+        c_t = f_t * c_{t-1} + i_t * g_t               cell state
+        h_t = o_t * phi(c_t)                          hidden state (output)
+
+    The weights are stored as in `keras.layers.LSTMCell`: `kernel` is
+    [W_i W_f W_c W_o] with shape (input_dim, 4 * units), `recurrent_kernel` is
+    [U_i U_f U_c U_o] with shape (units, 4 * units), and `bias` has 4 * units entries.
+
+    Args:
+        units: Positive integer, dimensionality of the hidden and cell states.
+        activation: phi, for the candidate and the output. Default: `"tanh"`.
+        recurrent_activation: sigma, for the gates. Default: `"sigmoid"`.
+        use_bias: Whether the gates have biases. Default: `True`.
+        kernel_initializer: Initializer for `kernel`. Default: `"glorot_uniform"`.
+        recurrent_initializer: Initializer for `recurrent_kernel`.
+            Default: `"orthogonal"`.
+        bias_initializer: Initializer for `bias`. Default: `"zeros"`.
+        unit_forget_bias: Add 1 to the forget-gate bias at initialisation
+            (Jozefowicz et al., 2015). Default: `True`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: Regularizers of
+            the three weights. Default: `None`.
+        kernel_constraint, recurrent_constraint, bias_constraint: Constraints of
+            the three weights. Default: `None`.
+        dropout: Fraction of the input units to drop, with one mask per sequence.
+            Default: 0.
+        recurrent_dropout: Fraction of h_{t-1} to drop before the recurrent
+            matmuls, one mask per sequence. Default: 0.
+        seed: Seed of the dropout masks. Default: `None`.
+
+    Call arguments:
+        inputs: x_t, shape (batch, input_dim).
+        states: [h_{t-1}, c_{t-1}], each (batch, units).
+        training: Whether dropout is active.
+
+    Returns:
+        `(h_t, [h_t, c_t])`.
+
+    Example:
+    >>> cell = LSTMCell(4)
+    >>> keras.layers.RNN(cell)(np.zeros((2, 10, 8))).shape
+    (2, 4)
+
+    Reference:
+        Hochreiter & Schmidhuber (1997), "Long Short-Term Memory";
+        Gers, Schmidhuber & Cummins (2000), "Learning to Forget".
+    """
+
+    num_gates = 4
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        unit_forget_bias=True,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation=activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            **kwargs,
+        )
+        self.recurrent_activation = keras.activations.get(recurrent_activation)
+        self.unit_forget_bias = bool(unit_forget_bias)
+        self.state_size = [units, units]
+
+    def build(self, input_shape):
+        self._add_kernels(input_shape[-1])
+        initializer = self.bias_initializer
+        if self.unit_forget_bias:
+
+            def initializer(_, *args, **kwargs):
+                units = self.units
+                return ops.concatenate(
+                    [
+                        self.bias_initializer((units,), *args, **kwargs),  # b_i
+                        keras.initializers.Ones()((units,), *args, **kwargs),  # b_f
+                        self.bias_initializer((2 * units,), *args, **kwargs),  # b_c b_o
+                    ]
+                )
+
+        self._add_bias((4 * self.units,), initializer)
+
+    def gate_weights(self):
+        """([W_i, W_f, W_c, W_o], [U_i, U_f, U_c, U_o], [b_i, ...] or None)."""
+        biases = self._split_gates(self.bias) if self.use_bias else None
+        return (
+            self._split_gates(self.kernel),
+            self._split_gates(self.recurrent_kernel),
+            biases,
+        )
+
+    def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
+        """One step from pre-split weights; `states` = [h_{t-1}, c_{t-1}]."""
+        h_prev, c_prev = states
+        kernels, recurrent_kernels, biases = weights
+        x_t = inputs if input_mask is None else inputs * input_mask
+        h_in = ops.cast(h_prev, self.compute_dtype)
+        if recurrent_mask is not None:
+            h_in = h_in * recurrent_mask
+
+        def pre_activation(gate):
+            # x_t W_gate + h_{t-1} U_gate + b_gate, shape (batch, units)
+            z = ops.matmul(x_t, kernels[gate]) + ops.matmul(
+                h_in, recurrent_kernels[gate]
+            )
+            return z if biases is None else z + biases[gate]
+
+        i_t = self.recurrent_activation(pre_activation(INPUT_GATE))
+        f_t = self.recurrent_activation(pre_activation(FORGET_GATE))
+        g_t = self.activation(pre_activation(CANDIDATE))
+        o_t = self.recurrent_activation(pre_activation(OUTPUT_GATE))
+        c_t = ops.cast(f_t, c_prev.dtype) * c_prev + ops.cast(i_t * g_t, c_prev.dtype)
+        h_t = o_t * self.activation(ops.cast(c_t, self.compute_dtype))
+        return h_t, [ops.cast(h_t, h_prev.dtype), c_t]
+
+    def gate_activations(self, inputs, states):
+        """The four gates of one step, for teaching: dict of (batch, units) tensors.
+
+        Returns `{"input", "forget", "candidate", "output", "cell", "hidden"}`.
+        """
+        kernels, recurrent_kernels, biases = self.gate_weights()
+        h_prev, c_prev = (ops.convert_to_tensor(s, self.compute_dtype) for s in states)
+        z = [
+            ops.matmul(inputs, kernels[gate])
+            + ops.matmul(h_prev, recurrent_kernels[gate])
+            + (0 if biases is None else biases[gate])
+            for gate in range(4)
+        ]
+        gates = {
+            "input": self.recurrent_activation(z[INPUT_GATE]),
+            "forget": self.recurrent_activation(z[FORGET_GATE]),
+            "candidate": self.activation(z[CANDIDATE]),
+            "output": self.recurrent_activation(z[OUTPUT_GATE]),
+        }
+        gates["cell"] = gates["forget"] * c_prev + gates["input"] * gates["candidate"]
+        gates["hidden"] = gates["output"] * self.activation(gates["cell"])
+        return gates
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "recurrent_activation": _activation_name(self.recurrent_activation),
+            "unit_forget_bias": self.unit_forget_bias,
+        }
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class LSTM(RecurrentLayer):
+    """Long short-term memory layer (Hochreiter & Schmidhuber, 1997).
+
+    Runs `LSTMCell` over a sequence. Takes the arguments of `keras.layers.LSTM` and
+    stores the same weights, so `lstm.set_weights(keras_lstm.get_weights())` (and the
+    reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
+    configuration that cuDNN supports (tanh/sigmoid, `use_bias`, no
+    `recurrent_dropout`, no `unroll`, right-padded masks) runs through the fused cuDNN
+    kernel with the very same weights; otherwise a generic loop runs the cell.
+    `execution_path` says which path the last call took and why.
+
+    Args:
+        units, activation, recurrent_activation, use_bias, kernel_initializer,
+        recurrent_initializer, bias_initializer, unit_forget_bias,
+        kernel_regularizer, recurrent_regularizer, bias_regularizer,
+        kernel_constraint, recurrent_constraint, bias_constraint, dropout,
+        recurrent_dropout, seed: As for `LSTMCell`.
+        activity_regularizer: Regularizer of the output. Default: `None`.
+        return_sequences: Return h_t for every step, not only the last.
+            Default: `False`.
+        return_state: Also return the final [h_T, c_T]. Default: `False`.
+        go_backwards: Read the sequence backwards and return the reversed
+            sequence. Default: `False`.
+        stateful: Carry the final states of batch i into batch i + 1; clear them with
+            `reset_state()`. Needs a fixed batch size. Default: `False`.
+        unroll: Unroll the loop (short sequences only). Default: `False`.
+        use_cudnn: `"auto"` (use cuDNN when possible), `True` (fail if not
+            possible) or `False`. Default: `"auto"`.
+
+    Call arguments:
+        sequences: (batch, time, features).
+        initial_state: Optional [h_0, c_0], each (batch, units).
+        mask: Optional (batch, time) booleans; masked steps keep the previous state.
+            Propagated from `Embedding(mask_zero=True)` or `Masking`.
+        training: Whether dropout is active.
+
+    Returns:
+        (batch, units), or (batch, time, units) with `return_sequences`; with
+        `return_state`, followed by h_T and c_T.
+
+    Example:
+    >>> LSTM(4)(np.zeros((32, 10, 8))).shape
+    (32, 4)
+    >>> outputs, h, c = LSTM(4, return_sequences=True, return_state=True)(
+    ...     np.zeros((32, 10, 8)))
+    >>> outputs.shape, h.shape, c.shape
+    ((32, 10, 4), (32, 4), (32, 4))
+
+    Reference:
+        Hochreiter & Schmidhuber (1997), "Long Short-Term Memory".
+    """
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        unit_forget_bias=True,
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout=0.0,
+        recurrent_dropout=0.0,
+        seed=None,
+        return_sequences=False,
+        return_state=False,
+        go_backwards=False,
+        stateful=False,
+        unroll=False,
+        use_cudnn="auto",
+        **kwargs,
+    ):
+        cell = LSTMCell(
+            units,
+            activation=activation,
+            recurrent_activation=recurrent_activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            unit_forget_bias=unit_forget_bias,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="lstm_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            use_cudnn=use_cudnn,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+    def _cudnn_blockers(self, training):
+        reasons = self._generic_blockers(training)
+        recurrent = _activation_name(self.cell.recurrent_activation)
+        if recurrent != "sigmoid":
+            reasons.append(f"recurrent_activation={recurrent}")
+        return reasons
+
+    def _run_cudnn(self, sequences, initial_state, mask, training):
+        input_mask, _ = self.cell.dropout_masks(
+            sequences[:, 0, :], initial_state[0], training
+        )
+        if input_mask is not None:
+            sequences = sequences * ops.expand_dims(input_mask, 1)  # (batch, time, in)
+        return keras_backend.lstm(
+            sequences,
+            initial_state[0],
+            initial_state[1],
+            mask,
+            kernel=self.cell.kernel,
+            recurrent_kernel=self.cell.recurrent_kernel,
+            bias=self.cell.bias,
+            activation=self.cell.activation,
+            recurrent_activation=self.cell.recurrent_activation,
+            return_sequences=self.return_sequences,
+            go_backwards=self.go_backwards,
+            unroll=self.unroll,
+        )
+
+
+__all__ = ["LSTMCell", "LSTM"]

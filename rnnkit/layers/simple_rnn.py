@@ -1,0 +1,189 @@
+"""The Elman recurrent network: `SimpleRNNCell` (one step) and `SimpleRNN`."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from rnnkit.layers._rnn_base import RecurrentCell, RecurrentLayer
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class SimpleRNNCell(RecurrentCell):
+    """One time step of a fully-connected (Elman) recurrent network.
+
+        h_t = phi(x_t W_xh + h_{t-1} W_hh + b_h)
+
+    which is the same as [x_t, h_{t-1}] [W_xh; W_hh] + b_h: one matmul of the
+    concatenated input and state with the stacked weights. The weights are stored as
+    in `keras.layers.SimpleRNNCell`: `kernel` = W_xh (input_dim, units),
+    `recurrent_kernel` = W_hh (units, units), `bias` = b_h (units,).
+
+    Args:
+        units: Positive integer, dimensionality of the state.
+        activation: phi. Default: `"tanh"`.
+        use_bias: Whether to add b_h. Default: `True`.
+        kernel_initializer, recurrent_initializer, bias_initializer: Initializers.
+            Default: `"glorot_uniform"`, `"orthogonal"`, `"zeros"`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: Default `None`.
+        kernel_constraint, recurrent_constraint, bias_constraint: Default `None`.
+        dropout: Fraction of the input units to drop (one mask per sequence).
+            Default: 0.
+        recurrent_dropout: Fraction of h_{t-1} to drop before W_hh. Default: 0.
+        seed: Seed of the dropout masks. Default: `None`.
+
+    Call arguments:
+        inputs: x_t, shape (batch, input_dim).
+        states: [h_{t-1}], shape (batch, units).
+        training: Whether dropout is active.
+
+    Returns:
+        `(h_t, h_t)`.
+
+    Example:
+    >>> keras.layers.RNN(SimpleRNNCell(4))(np.zeros((2, 10, 8))).shape
+    (2, 4)
+
+    Reference:
+        Elman (1990), "Finding Structure in Time".
+    """
+
+    def __init__(self, units, activation="tanh", use_bias=True, **kwargs):
+        super().__init__(units, activation=activation, use_bias=use_bias, **kwargs)
+        self.state_size = units
+
+    def build(self, input_shape):
+        self._add_kernels(input_shape[-1])
+        self._add_bias((self.units,), self.bias_initializer)
+
+    def gate_weights(self):
+        """(W_xh, W_hh, b_h or None), in the compute dtype."""
+        (kernel,) = self._split_gates(self.kernel)
+        (recurrent_kernel,) = self._split_gates(self.recurrent_kernel)
+        bias = self._split_gates(self.bias)[0] if self.use_bias else None
+        return kernel, recurrent_kernel, bias
+
+    def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
+        """One step from the weights; `states` = [h_{t-1}]."""
+        (h_prev,) = states
+        kernel, recurrent_kernel, bias = weights
+        x_t = inputs if input_mask is None else inputs * input_mask
+        h_in = ops.cast(h_prev, self.compute_dtype)
+        if recurrent_mask is not None:
+            h_in = h_in * recurrent_mask
+        z_t = ops.matmul(x_t, kernel) + ops.matmul(h_in, recurrent_kernel)  # (b, u)
+        if bias is not None:
+            z_t = z_t + bias
+        h_t = self.activation(z_t) if self.activation is not None else z_t
+        return h_t, [ops.cast(h_t, h_prev.dtype)]
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class SimpleRNN(RecurrentLayer):
+    """Fully-connected recurrent layer: h_t = phi(x_t W_xh + h_{t-1} W_hh + b_h).
+
+    Runs `SimpleRNNCell` over a sequence. Takes the arguments of
+    `keras.layers.SimpleRNN` and stores the same weights, so
+    `rnn.set_weights(keras_rnn.get_weights())` (and the reverse) gives the same
+    outputs. There is no fused kernel for this cell; it always runs the generic loop.
+
+    Args:
+        units, activation, use_bias, kernel_initializer, recurrent_initializer,
+        bias_initializer, kernel_regularizer, recurrent_regularizer,
+        bias_regularizer, kernel_constraint, recurrent_constraint,
+        bias_constraint, dropout, recurrent_dropout, seed: As for `SimpleRNNCell`.
+        activity_regularizer: Regularizer of the output. Default: `None`.
+        return_sequences: Return h_t for every step. Default: `False`.
+        return_state: Also return the final h_T. Default: `False`.
+        go_backwards: Read the sequence backwards and return the reversed sequence.
+            Default: `False`.
+        stateful: Carry the final state of batch i into batch i + 1; clear it with
+            `reset_state()`. Default: `False`.
+        unroll: Unroll the loop (short sequences only). Default: `False`.
+
+    Call arguments:
+        sequences: (batch, time, features).
+        initial_state: Optional h_0, (batch, units).
+        mask: Optional (batch, time) booleans; masked steps keep the previous state.
+        training: Whether dropout is active.
+
+    Returns:
+        (batch, units), or (batch, time, units) with `return_sequences`; with
+        `return_state`, followed by h_T.
+
+    Example:
+    >>> SimpleRNN(4)(np.zeros((32, 10, 8))).shape
+    (32, 4)
+
+    Reference:
+        Elman (1990), "Finding Structure in Time".
+    """
+
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout=0.0,
+        recurrent_dropout=0.0,
+        seed=None,
+        return_sequences=False,
+        return_state=False,
+        go_backwards=False,
+        stateful=False,
+        unroll=False,
+        **kwargs,
+    ):
+        kwargs.pop("use_cudnn", None)
+        cell = SimpleRNNCell(
+            units,
+            activation=activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
+            seed=seed,
+            dtype=kwargs.get("dtype"),
+            trainable=kwargs.get("trainable", True),
+            name="simple_rnn_cell",
+        )
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            use_cudnn=False,
+            activity_regularizer=activity_regularizer,
+            **kwargs,
+        )
+
+    def _cudnn_blockers(self, training):
+        return ["SimpleRNN has no cuDNN kernel"]
+
+    def get_config(self):
+        config = super().get_config()
+        del config["use_cudnn"]
+        return config
+
+
+__all__ = ["SimpleRNNCell", "SimpleRNN"]
