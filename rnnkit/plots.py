@@ -2,3 +2,82 @@
 
 Every function writes its figure atomically (temporary file, then rename) and closes it.
 """
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+import numpy as np  # noqa: E402
+
+
+def save_figure(figure: matplotlib.figure.Figure, path: str | Path) -> Path:
+    """Writes `figure` as a PNG to `path` atomically and closes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        figure.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
+        os.replace(temporary, path)
+    finally:
+        plt.close(figure)
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def training_curves(
+    history: Sequence[Mapping[str, float]], path: str | Path, title: str = ""
+) -> Path:
+    """Loss and metric curves per epoch; `val_*` entries share a panel with their pair.
+
+    `history` holds one mapping per epoch, as written to `history.csv` (an "epoch" key
+    is used as the x axis when present).
+    """
+    names = [
+        name for name in history[0] if name != "epoch" and not name.startswith("val_")
+    ]
+    epochs = [row.get("epoch", index + 1) for index, row in enumerate(history)]
+    figure, axes = plt.subplots(
+        1, len(names), figsize=(4.5 * len(names), 3.5), squeeze=False
+    )
+    for axis, name in zip(axes[0], names, strict=True):
+        axis.plot(epochs, [row[name] for row in history], marker=".", label="train")
+        if f"val_{name}" in history[0]:
+            values = [row[f"val_{name}"] for row in history]
+            axis.plot(epochs, values, marker=".", label="validation")
+        axis.set_xlabel("epoch")
+        axis.set_title(name)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    if title:
+        figure.suptitle(title)
+    return save_figure(figure, path)
+
+
+def forecast(
+    dates: Sequence,
+    actual: np.ndarray,
+    predictions: Mapping[str, np.ndarray],
+    path: str | Path,
+    title: str = "",
+    ylabel: str = "close",
+) -> Path:
+    """Actual values against one or more forecasts of the same days (e.g. model and
+    persistence), as lines over `dates`."""
+    figure, axis = plt.subplots(figsize=(11, 4.5))
+    axis.plot(dates, actual, color="black", linewidth=1.2, label="actual")
+    for name, values in predictions.items():
+        axis.plot(dates, values, linewidth=0.9, alpha=0.85, label=name)
+    axis.set_ylabel(ylabel)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    if title:
+        axis.set_title(title)
+    figure.autofmt_xdate()
+    return save_figure(figure, path)
