@@ -81,3 +81,36 @@ def forecast(
         axis.set_title(title)
     figure.autofmt_xdate()
     return save_figure(figure, path)
+
+
+def confusion_matrix(
+    matrix: np.ndarray,
+    class_names: Sequence[str],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """A confusion matrix (rows = true class, columns = predicted class) as a heatmap
+    with the count and the row share in every cell."""
+    matrix = np.asarray(matrix)
+    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    size = 1.2 + 0.9 * len(class_names)
+    figure, axis = plt.subplots(figsize=(size + 1.2, size))
+    image = axis.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+    figure.colorbar(image, ax=axis, label="share of the true class")
+    for row, column in np.ndindex(matrix.shape):
+        axis.text(
+            column,
+            row,
+            f"{matrix[row, column]}\n{shares[row, column]:.1%}",
+            ha="center",
+            va="center",
+            color="white" if shares[row, column] > 0.5 else "black",
+        )
+    ticks = range(len(class_names))
+    axis.set_xticks(ticks, labels=class_names, rotation=45 if size > 4 else 0)
+    axis.set_yticks(ticks, labels=class_names)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    if title:
+        axis.set_title(title)
+    return save_figure(figure, path)
