@@ -1,0 +1,159 @@
+"""Tests for rnnkit.data.parallel_text: readers, tokens, vocabularies, download."""
+
+import gzip
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rnnkit.data import parallel_text as pt
+from rnnkit.errors import DataError
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "translation"
+ANKI_LINES = "Go.\tVe.\nI'm hungry!\t¡Tengo hambre!\nWhere is it?\t¿Dónde está?\n"
+
+
+def write_anki_zip(path: Path, text: str = ANKI_LINES) -> Path:
+    """A zip in the layout of the tutorial's spa-eng.zip."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("spa-eng/", "")
+        archive.writestr("spa-eng/spa.txt", text.encode("utf-8"))
+        archive.writestr("spa-eng/_about.txt", "Terms of use.\n")
+    return path
+
+
+def test_tokenize_splits_punctuation_and_keeps_words_whole():
+    options = pt.TextOptions()
+    assert pt.tokenize("Two young, White males  outside.", options) == [
+        "two", "young", ",", "white", "males", "outside", ".",
+    ]  # fmt: skip
+    assert pt.tokenize("¿Dónde está? A las 2:30.", options) == [
+        "¿", "dónde", "está", "?", "a", "las", "2:30", ".",
+    ]  # fmt: skip
+    assert pt.tokenize("Don't wear a T-shirt", options) == [
+        "don't", "wear", "a", "t-shirt",
+    ]  # fmt: skip
+
+
+def test_tokenize_options():
+    cased = pt.TextOptions(lowercase=False, split_punctuation=False)
+    assert pt.tokenize("Hello, World!", cased) == ["Hello,", "World!"]
+    # NFKC folds compatibility characters: the ligature "ﬁ" and a full-width "Ａ".
+    assert pt.tokenize("ﬁne Ａ", pt.TextOptions()) == ["fine", "a"]
+    # NFC keeps them, but composes "e" + combining acute into one character.
+    assert pt.tokenize("cafe\u0301", pt.TextOptions(unicode_form="NFC")) == ["café"]
+    with pytest.raises(ValueError, match="unicode_form"):
+        pt.TextOptions(unicode_form="NFX")
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "two young, white males are outside near many bushes.",
+        "¿dónde está el baño? es a las 2:30.",
+        'he said "hello, there" (loudly)!',
+        "¡tengo hambre!",
+    ],
+)
+def test_detokenize_inverts_tokenize(sentence):
+    assert pt.detokenize(pt.tokenize(sentence, pt.TextOptions())) == sentence
+
+
+def test_vocabulary_order_encode_decode():
+    sentences = [["b", "a", "a"], ["c", "a", "b"], ["d"]]
+    vocabulary = pt.Vocabulary.build(sentences)
+    assert vocabulary.tokens[:4] == list(pt.SPECIAL_TOKENS)
+    assert vocabulary.tokens[4:] == ["a", "b", "c", "d"]  # by count, then token
+    assert len(pt.Vocabulary.build(sentences, min_frequency=2)) == 6
+    assert len(pt.Vocabulary.build(sentences, max_size=5)) == 5
+    ids = vocabulary.encode(["a", "zzz"], add_start=True, add_end=True)
+    assert ids == [pt.START_ID, 4, pt.UNK_ID, pt.END_ID]
+    assert vocabulary.decode(ids + [5, 0]) == ["a", "[UNK]"]
+    with pytest.raises(ValueError, match="special tokens"):
+        pt.Vocabulary(["a", "b"])
+    with pytest.raises(ValueError, match="max_size"):
+        pt.Vocabulary.build(sentences, max_size=4)
+
+
+def test_read_tab_separated_txt_and_zip(tmp_path):
+    text_file = tmp_path / "spa.txt"
+    text_file.write_text(ANKI_LINES + "Hi.\tHola.\tCC-BY 2.0 (France) Attribution\n")
+    pairs = pt.read_tab_separated(text_file)
+    assert pairs[0] == ("Go.", "Ve.") and pairs[-1] == ("Hi.", "Hola.")
+    zipped = pt.read_tab_separated(write_anki_zip(tmp_path / "spa-eng.zip"))
+    assert zipped == pairs[:3]
+
+
+def test_read_tab_separated_errors(tmp_path):
+    no_tab = tmp_path / "bad.txt"
+    no_tab.write_text("Go.\tVe.\nno tab here\n")
+    with pytest.raises(DataError, match=r"bad.txt: line 2 has no tab"):
+        pt.read_tab_separated(no_tab)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("Go.\tVe.\n\nHi.\t\n")
+    with pytest.raises(DataError, match=r"2 pair\(s\) with an empty sentence.*2, 3"):
+        pt.read_tab_separated(empty)
+    with pytest.warns(UserWarning, match="dropped"):
+        assert pt.read_tab_separated(empty, skip_empty=True) == [("Go.", "Ve.")]
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Go.\tVe.\nNo.\tNiño.\n".encode("latin-1"))
+    with pytest.raises(DataError, match="line 2 is not valid UTF-8"):
+        pt.read_tab_separated(latin1)
+    with pytest.raises(DataError, match="no such file"):
+        pt.read_tab_separated(tmp_path / "missing.zip")
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match="not a valid zip"):
+        pt.read_tab_separated(tmp_path / "broken.zip")
+
+
+def test_read_parallel_files_gzip_and_misalignment(tmp_path):
+    with gzip.open(tmp_path / "c_train.de.gz", "wt") as handle:
+        handle.write("Ein Hund.\nZwei Katzen.\n")
+    (tmp_path / "c_train.en").write_text("A dog.\nTwo cats.\n")
+    pairs = pt.read_parallel_files(tmp_path / "c_train.de.gz", tmp_path / "c_train.en")
+    assert pairs == [("Ein Hund.", "A dog."), ("Zwei Katzen.", "Two cats.")]
+    (tmp_path / "short.en").write_text("A dog.\n")
+    with pytest.raises(DataError, match="misaligned.*has 2 lines.*short.en has 1"):
+        pt.read_parallel_files(tmp_path / "c_train.de.gz", tmp_path / "short.en")
+    (tmp_path / "hole.en").write_text("A dog.\n \n")
+    with pytest.raises(DataError, match="empty sentence, at line.*2"):
+        pt.read_parallel_files(tmp_path / "c_train.de.gz", tmp_path / "hole.en")
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
+def test_real_corpora():
+    multi30k = pt.read_parallel_files(
+        SHARED / "multi30k_val.de.gz", SHARED / "multi30k_val.en.gz"
+    )
+    assert len(multi30k) == 1014
+    anki = pt.read_tab_separated(SHARED / "spa-eng.zip")
+    assert len(anki) == 118964 and anki[0] == ("Go.", "Ve.")
+
+
+def test_download_caches_and_reads_an_anki_zip(tmp_path):
+    """The default download path, pointed at a local zip instead of the network."""
+    source = write_anki_zip(tmp_path / "spa-eng.zip")
+    cache = tmp_path / "cache"
+    path = pt.download(source.as_uri(), cache_dir=cache)
+    assert path == cache / "spa-eng.zip"
+    assert pt.read_tab_separated(path)[2] == ("Where is it?", "¿Dónde está?")
+    source.unlink()  # a second call uses the cached copy
+    assert pt.download(source.as_uri(), cache_dir=cache) == path
+    assert not list(cache.glob("*.part"))
+
+
+def test_download_offline_error_says_how_to_use_local_files(tmp_path):
+    missing = (tmp_path / "nowhere" / "spa-eng.zip").as_uri()
+    with pytest.raises(DataError, match=r"could not download .*data\.path="):
+        pt.download(missing, cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").iterdir())  # no partial file left behind
+
+
+def test_split_pairs_is_reproducible_and_disjoint():
+    pairs = [(str(i), str(i)) for i in range(100)]
+    train, validation, test = pt.split_pairs(pairs, 0.1, 0.02, seed=3)
+    assert (len(train), len(validation), len(test)) == (88, 10, 2)
+    assert sorted(train + validation + test) == sorted(pairs)
+    assert pt.split_pairs(pairs, 0.1, 0.02, seed=3)[2] == test
+    with pytest.raises(DataError, match="too few"):
+        pt.split_pairs(pairs[:2], 0.1, 0.02, seed=3)
