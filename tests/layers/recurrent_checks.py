@@ -1,0 +1,341 @@
+"""Checks shared by the SimpleRNN, LSTM and GRU test modules.
+
+Every check runs on the active Keras backend (TensorFlow or JAX); gradients come from
+`tf.GradientTape` or `jax.grad` on the layer's stateless call.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+
+BATCH, STEPS, FEATURES, UNITS = 3, 6, 5, 4
+TOLERANCE = 1e-5
+
+
+@dataclass
+class Family:
+    name: str
+    layer: type
+    cell: type
+    keras_layer: type
+    num_states: int
+    numpy_forward: Callable  # (x, weights, initial_states, mask, options) -> outs
+    numpy_bptt: Callable  # (x, weights, output_weights, initial_states, options)
+    parity_cases: list = field(default_factory=list)
+
+
+def random_inputs(seed=0, batch=BATCH, steps=STEPS, features=FEATURES):
+    return np.random.RandomState(seed).randn(batch, steps, features).astype("float32")
+
+
+def as_list(outputs):
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def padding_mask(kind, batch=BATCH, steps=STEPS):
+    """(batch, steps) booleans: right-padded ([1 1 1 0 0]) or left-padded."""
+    lengths = np.array([steps, steps - 2, 2][:batch])
+    positions = np.arange(steps)[None, :]
+    if kind == "right":
+        return positions < lengths[:, None]
+    return positions >= (steps - lengths)[:, None]
+
+
+def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
+    """Outputs, gradients w.r.t. the trainable weights and the inputs of the loss
+    sum_k sum(output_k * output_weights_k); output weights are drawn if not given."""
+    inputs = np.asarray(inputs, dtype="float32")
+    if not layer.built:
+        layer(inputs, **call_kwargs)
+    if output_weights is None:
+        shapes = [np.shape(o) for o in as_list(layer(inputs, **call_kwargs))]
+        rng = np.random.RandomState(42)
+        output_weights = [rng.randn(*s).astype("float32") for s in shapes]
+
+    if keras.backend.backend() == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        trainable = [v.value for v in layer.trainable_variables]
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        def loss_fn(trainable_values, x):
+            outputs, _ = layer.stateless_call(
+                trainable_values, non_trainable, x, **call_kwargs
+            )
+            outputs = as_list(outputs)
+            loss = sum(
+                jnp.sum(o * w) for o, w in zip(outputs, output_weights, strict=True)
+            )
+            return loss, outputs
+
+        (_, outputs), (weight_grads, input_grad) = jax.value_and_grad(
+            loss_fn, argnums=(0, 1), has_aux=True
+        )(trainable, jnp.asarray(inputs))
+    else:
+        import tensorflow as tf
+
+        x = tf.convert_to_tensor(inputs)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = as_list(layer(x, **call_kwargs))
+            loss = sum(
+                tf.reduce_sum(o * w)
+                for o, w in zip(outputs, output_weights, strict=True)
+            )
+        *weight_grads, input_grad = tape.gradient(loss, [*layer.trainable_variables, x])
+    to_numpy = keras.ops.convert_to_numpy
+    return (
+        [to_numpy(o) for o in outputs],
+        [to_numpy(g) for g in weight_grads],
+        to_numpy(input_grad),
+        output_weights,
+    )
+
+
+def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: {actual.shape} != {expected.shape}"
+    difference = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
+    assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
+
+
+def check_parity_with_keras(family: Family, options: dict, mask_kind=None):
+    """Same outputs and gradients as the Keras built-in with copied weights (both ways)."""
+    x = random_inputs()
+    call_kwargs = {}
+    if mask_kind:
+        call_kwargs["mask"] = padding_mask(mask_kind)
+    ours = family.layer(UNITS, **options)
+    builtin = family.keras_layer(UNITS, **options)
+    ours(x, **call_kwargs)
+    builtin(x, **call_kwargs)
+    for source, target in ((builtin, ours), (ours, builtin)):
+        # Both directions: fresh random weights each time, then copied across.
+        for variable in source.trainable_variables:
+            variable.assign(np.random.uniform(-0.5, 0.5, variable.shape))
+        target.set_weights(source.get_weights())
+        out_a, grads_a, dx_a, weights = outputs_and_gradients(ours, x, **call_kwargs)
+        out_b, grads_b, dx_b, _ = outputs_and_gradients(
+            builtin, x, weights, **call_kwargs
+        )
+        for k, (a, b) in enumerate(zip(out_a, out_b, strict=True)):
+            assert_close(a, b, what=f"output {k}")
+        for variable, a, b in zip(
+            ours.trainable_variables, grads_a, grads_b, strict=True
+        ):
+            assert_close(a, b, what=f"gradient of {variable.path}")
+        assert_close(dx_a, dx_b, what="gradient of the inputs")
+
+
+def layer_weights(layer):
+    return [np.asarray(w, dtype=np.float64) for w in layer.get_weights()]
+
+
+def check_against_numpy(family: Family, options: dict, with_initial_state: bool):
+    """Forward pass and BPTT gradients against the numpy equations (no mask)."""
+    x = random_inputs(1)
+    rng = np.random.RandomState(7)
+    initial = [
+        rng.randn(BATCH, UNITS).astype("float32") for _ in range(family.num_states)
+    ]
+    layer = family.layer(UNITS, return_sequences=True, **options)
+    call_kwargs = {"initial_state": initial} if with_initial_state else {}
+    layer(x, **call_kwargs)
+    for variable in layer.trainable_variables:
+        variable.assign(np.random.RandomState(3).uniform(-0.6, 0.6, variable.shape))
+    outputs, grads, dx, output_weights = outputs_and_gradients(layer, x, **call_kwargs)
+    weights = layer_weights(layer)
+    initial64 = [s.astype(np.float64) for s in initial] if with_initial_state else None
+    expected = family.numpy_forward(
+        x.astype(np.float64), weights, initial64, None, options
+    )
+    assert_close(outputs[0], expected, what="outputs")
+    expected_grads = family.numpy_bptt(
+        x.astype(np.float64),
+        weights,
+        output_weights[0].astype(np.float64),
+        initial64,
+        options,
+    )
+    names = ["kernel", "recurrent_kernel", "bias"][: len(grads)]
+    for name, grad in zip(names, grads, strict=True):
+        assert_close(grad, expected_grads[name], 1e-4, what=f"d loss / d {name}")
+    assert_close(dx, expected_grads["x"], 1e-4, what="d loss / d inputs")
+
+
+def check_masked_against_numpy(family: Family, mask_kind: str):
+    """Masked steps keep the previous state, for right- and left-padded batches."""
+    x = random_inputs(2)
+    mask = padding_mask(mask_kind)
+    layer = family.layer(UNITS, return_sequences=True)
+    outputs = keras.ops.convert_to_numpy(layer(x, mask=mask))
+    expected = family.numpy_forward(
+        x.astype(np.float64), layer_weights(layer), None, mask, {}
+    )
+    assert_close(outputs, expected, what=f"{mask_kind}-padded outputs")
+
+
+def check_embedding_mask_ignores_padding(family: Family):
+    """Through Embedding(mask_zero=True): padded batches equal the unpadded ones."""
+    tokens = np.array([[4, 7, 2, 9]])
+    model = keras.Sequential(
+        [keras.layers.Embedding(12, 5, mask_zero=True), family.layer(UNITS)]
+    )
+    reference = keras.ops.convert_to_numpy(model(tokens))
+    right = keras.ops.convert_to_numpy(model(np.array([[4, 7, 2, 9, 0, 0]])))
+    left = keras.ops.convert_to_numpy(model(np.array([[0, 0, 0, 4, 7, 2, 9]])))
+    assert_close(right, reference, what="right padding")
+    assert_close(left, reference, what="left padding")
+
+
+def check_stateful(family: Family):
+    """A stateful layer continues from the last batch; reset_state() starts over."""
+    x = random_inputs(3, batch=2, steps=8)
+    whole = family.layer(UNITS, return_sequences=True)
+    stateful = family.layer(UNITS, return_sequences=True, stateful=True)
+    whole(x)
+    stateful(x[:, :4])
+    stateful.set_weights(whole.get_weights())
+    stateful.reset_state()
+    expected = keras.ops.convert_to_numpy(whole(x))
+    first = keras.ops.convert_to_numpy(stateful(x[:, :4]))
+    second = keras.ops.convert_to_numpy(stateful(x[:, 4:]))
+    assert_close(np.concatenate([first, second], 1), expected, what="stateful halves")
+    stateful.reset_state()
+    assert_close(
+        keras.ops.convert_to_numpy(stateful(x[:, :4])), first, what="after reset"
+    )
+
+
+def check_bidirectional_parity(family: Family):
+    x = random_inputs(4)
+    ours = keras.layers.Bidirectional(family.layer(UNITS, return_sequences=True))
+    builtin = keras.layers.Bidirectional(
+        family.keras_layer(UNITS, return_sequences=True)
+    )
+    ours(x)
+    builtin(x)
+    ours.set_weights(builtin.get_weights())
+    mask = padding_mask("right")
+    out_a, grads_a, dx_a, weights = outputs_and_gradients(ours, x, mask=mask)
+    out_b, grads_b, dx_b, _ = outputs_and_gradients(builtin, x, weights, mask=mask)
+    assert_close(out_a[0], out_b[0], what="bidirectional outputs")
+    for a, b in zip(grads_a, grads_b, strict=True):
+        assert_close(a, b, what="bidirectional gradients")
+    assert_close(dx_a, dx_b, what="bidirectional input gradients")
+
+
+def check_cell_in_keras_rnn(family: Family):
+    """The cell works in keras.layers.RNN and StackedRNNCells like the layer."""
+    x = random_inputs(5)
+    layer = family.layer(UNITS)
+    rnn = keras.layers.RNN(family.cell(UNITS))
+    layer(x)
+    rnn(x)
+    rnn.set_weights(layer.get_weights())
+    assert_close(
+        keras.ops.convert_to_numpy(rnn(x)), keras.ops.convert_to_numpy(layer(x))
+    )
+    stacked = keras.layers.RNN(
+        keras.layers.StackedRNNCells([family.cell(UNITS), family.cell(3)])
+    )
+    assert tuple(stacked(x).shape) == (BATCH, 3)
+
+
+def check_save_and_reload(family: Family, tmp_path):
+    """A model saved to .keras reloads in a fresh process that imports only rnnkit."""
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(20, 6, mask_zero=True),
+            keras.layers.Bidirectional(
+                family.layer(UNITS, return_sequences=True, dropout=0.1)
+            ),
+            family.layer(UNITS, go_backwards=True),
+            keras.layers.Dense(1),
+        ]
+    )
+    tokens = np.array([[3, 5, 7, 0], [0, 0, 9, 2]])
+    expected = keras.ops.convert_to_numpy(model(tokens))
+    path = tmp_path / f"{family.name}.keras"
+    model.save(path)
+    script = (
+        "import json, sys, numpy as np, keras, rnnkit.layers\n"
+        f"model = keras.saving.load_model({str(path)!r})\n"
+        f"print(json.dumps(keras.ops.convert_to_numpy(model(np.array({tokens.tolist()})))"
+        ".tolist()))\n"
+        "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
+        "model._flatten_layers()})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert_close(np.array(json.loads(lines[-2])), expected, what="reloaded model")
+    assert "rnnkit" in json.loads(lines[-1])
+
+
+def check_mixed_precision(family: Family):
+    """Under mixed_float16 the layer computes in float16, keeps its state in float32,
+    stays close to the float32 result, and a training step gives a finite loss."""
+    x = random_inputs(6, steps=40)
+    reference = family.layer(UNITS, return_sequences=True)
+    expected = keras.ops.convert_to_numpy(reference(x))
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        layer = family.layer(UNITS, return_sequences=True)
+        layer(x)
+        layer.set_weights(reference.get_weights())
+        outputs = layer(x)
+        assert keras.backend.standardize_dtype(outputs.dtype) == "float16"
+        states = layer.cell.get_initial_state(batch_size=2)
+        assert all(
+            keras.backend.standardize_dtype(s.dtype) == "float32" for s in states
+        )
+        assert_close(
+            keras.ops.convert_to_numpy(outputs).astype("float32"), expected, 1e-2
+        )
+        model = keras.Sequential(
+            [keras.Input((None, FEATURES)), family.layer(UNITS), keras.layers.Dense(1)]
+        )
+        model.compile(optimizer="adam", loss="mse")
+        loss = model.train_on_batch(x, np.ones((BATCH, 1), "float32"))
+        assert np.isfinite(loss)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def msft_windows(window=20, count=256):
+    """Real data: windows of standardised MSFT daily log returns -> next return."""
+    from pmdarima.datasets import load_msft
+
+    close = load_msft()["Close"].to_numpy(dtype=np.float64)[-(count + window + 1) :]
+    returns = np.diff(np.log(close))
+    returns = (returns - returns.mean()) / returns.std()
+    x = np.stack([returns[i : i + window] for i in range(count)])[..., None]
+    y = returns[window : window + count, None]
+    return x.astype("float32"), y.astype("float32")
+
+
+def check_training_reduces_loss(family: Family):
+    """A few optimiser steps on real MSFT windows reduce the training loss."""
+    keras.utils.set_random_seed(0)
+    x, y = msft_windows()
+    model = keras.Sequential(
+        [keras.Input((None, 1)), family.layer(8), keras.layers.Dense(1)]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=3, batch_size=64, verbose=0, shuffle=False)
+    after = model.evaluate(x, y, verbose=0)
+    assert after < before, (before, after)

@@ -1,0 +1,143 @@
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.layers import LSTM, LSTMCell
+from tests.layers import numpy_rnn
+from tests.layers import recurrent_checks as checks
+
+
+def numpy_forward(x, weights, initial, mask, options):
+    h0, c0 = initial if initial else (None, None)
+    outputs, *_ = numpy_rnn.lstm_forward(x, *weights, h0=h0, c0=c0, mask=mask)
+    return outputs
+
+
+def numpy_bptt(x, weights, output_weights, initial, options):
+    h0, c0 = initial if initial else (None, None)
+    return numpy_rnn.lstm_bptt(x, *weights, output_weights, h0=h0, c0=c0)
+
+
+FAMILY = checks.Family(
+    name="lstm",
+    layer=LSTM,
+    cell=LSTMCell,
+    keras_layer=keras.layers.LSTM,
+    num_states=2,
+    numpy_forward=numpy_forward,
+    numpy_bptt=numpy_bptt,
+)
+
+PARITY_CASES = {
+    "default": {},
+    "sequences_and_state": {"return_sequences": True, "return_state": True},
+    "go_backwards": {"go_backwards": True, "return_sequences": True},
+    "activations": {"activation": "relu", "recurrent_activation": "hard_sigmoid"},
+    "no_bias": {"use_bias": False},
+    "no_forget_bias": {"unit_forget_bias": False, "bias_initializer": "ones"},
+    "dropout_inference": {"dropout": 0.3, "recurrent_dropout": 0.2},
+    "regularized": {"kernel_regularizer": "l2", "recurrent_regularizer": "l1"},
+}
+
+
+@pytest.mark.parametrize("options", PARITY_CASES.values(), ids=PARITY_CASES.keys())
+def test_matches_keras_lstm(options):
+    checks.check_parity_with_keras(FAMILY, options)
+
+
+@pytest.mark.parametrize("mask_kind", ["right", "left"])
+def test_matches_keras_lstm_with_mask(mask_kind):
+    checks.check_parity_with_keras(FAMILY, {"return_sequences": True}, mask_kind)
+
+
+@pytest.mark.parametrize("with_initial_state", [False, True])
+def test_forward_and_bptt_match_numpy(with_initial_state):
+    checks.check_against_numpy(FAMILY, {}, with_initial_state)
+
+
+@pytest.mark.parametrize("mask_kind", ["right", "left"])
+def test_masked_forward_matches_numpy(mask_kind):
+    checks.check_masked_against_numpy(FAMILY, mask_kind)
+
+
+def test_embedding_mask_ignores_padding():
+    checks.check_embedding_mask_ignores_padding(FAMILY)
+
+
+def test_stateful_and_reset_state():
+    checks.check_stateful(FAMILY)
+
+
+def test_bidirectional_matches_keras():
+    checks.check_bidirectional_parity(FAMILY)
+
+
+def test_cell_inside_keras_rnn():
+    checks.check_cell_in_keras_rnn(FAMILY)
+
+
+def test_save_and_reload_in_fresh_process(tmp_path):
+    checks.check_save_and_reload(FAMILY, tmp_path)
+
+
+def test_mixed_precision():
+    checks.check_mixed_precision(FAMILY)
+
+
+def test_training_on_msft_reduces_loss():
+    checks.check_training_reduces_loss(FAMILY)
+
+
+def test_unit_forget_bias_initialises_forget_gate_to_one():
+    layer = LSTM(3)
+    layer(np.zeros((1, 2, 4), "float32"))
+    bias = keras.ops.convert_to_numpy(layer.cell.bias)
+    np.testing.assert_array_equal(bias, [0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+
+
+def test_gate_activations_reproduce_one_step():
+    cell = LSTMCell(3)
+    x = checks.random_inputs(8)[:, 0]
+    h0 = np.random.RandomState(1).randn(checks.BATCH, 3).astype("float32")
+    c0 = np.random.RandomState(2).randn(checks.BATCH, 3).astype("float32")
+    h1, (_, c1) = cell(x, [h0, c0])
+    gates = cell.gate_activations(x, [h0, c0])
+    assert_close = checks.assert_close
+    assert_close(keras.ops.convert_to_numpy(gates["hidden"]), h1)
+    assert_close(keras.ops.convert_to_numpy(gates["cell"]), c1)
+    for name in ("input", "forget", "output"):
+        values = keras.ops.convert_to_numpy(gates[name])
+        assert values.min() > 0 and values.max() < 1, name
+
+
+def test_execution_path_names_the_reason():
+    layer = LSTM(3, recurrent_dropout=0.1)
+    layer(np.zeros((2, 4, 3), "float32"))
+    assert layer.execution_path.startswith("generic loop:")
+    assert "recurrent_dropout=0.1 > 0" in layer.execution_path
+
+
+def test_use_cudnn_true_without_cudnn_is_a_clear_error():
+    layer = LSTM(3, use_cudnn=True, recurrent_dropout=0.1)
+    with pytest.raises(ValueError, match="cannot use cuDNN: .*recurrent_dropout"):
+        layer(np.zeros((2, 4, 3), "float32"))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"units": 0}, "`units` must be a positive integer, received units=0"),
+        ({"units": 4, "dropout": 1.5}, "`dropout` must be a float in"),
+        ({"units": 4, "use_cudnn": "yes"}, "`use_cudnn` must be"),
+    ],
+)
+def test_invalid_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LSTM(**kwargs)
+
+
+def test_get_config_round_trip():
+    layer = LSTM(5, dropout=0.2, go_backwards=True, unit_forget_bias=False)
+    clone = LSTM.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    assert clone.units == 5 and clone.dropout == 0.2 and clone.go_backwards
