@@ -108,7 +108,7 @@ def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
 
 
 def check_parity_with_keras(family: Family, options: dict, mask_kind=None):
-    """Same outputs and gradients as the Keras built-in with copied weights (both ways)."""
+    """Outputs and gradients equal the Keras built-in's, weights copied both ways."""
     x = random_inputs()
     call_kwargs = {}
     if mask_kind:
