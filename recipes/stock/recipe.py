@@ -1,0 +1,326 @@
+"""Stock forecasting: the next `horizon` daily closes from a window of past days.
+
+A stacked rnnkit LSTM or GRU reads `window` days of features (log return, day range,
+volume) and predicts the next `horizon` log returns; the forecast close is the last
+close compounded by them. The evaluation puts the model next to the persistence (random
+walk: "tomorrow's close is today's") and moving-average baselines on the same test days.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rnnkit.recipe import (
+    DataConfig,
+    EvaluationConfig,
+    Metrics,
+    ModelConfig,
+    Recipe,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+    import numpy as np
+    from rnnkit_recipes.stock.data import Split, StockData
+
+
+@dataclasses.dataclass
+class StockDataConfig(DataConfig):
+    ticker: str | None = field(
+        None, help="Ticker to keep from a multi-ticker file (its Name/Ticker column)."
+    )
+    use_adjusted: bool = field(
+        True, help="Use the file's Adj Close (split/dividend adjusted) as the close."
+    )
+    start: str | None = field(None, help="First date to use (YYYY-MM-DD).")
+    end: str | None = field(None, help="Last date to use (YYYY-MM-DD).")
+    window: int = field(30, help="Past trading days the model reads per forecast.")
+    horizon: int = field(1, help="Trading days forecast ahead (1 = next day).")
+    validation_fraction: float = field(
+        0.15, help="Share of days (before the test days) used for validation."
+    )
+    test_fraction: float = field(0.15, help="Share of the last days used for testing.")
+
+
+@dataclasses.dataclass
+class StockModelConfig(ModelConfig):
+    cell_type: str = field("lstm", help="Recurrent layer.", choices=("lstm", "gru"))
+    units: int = field(32, help="Units per recurrent layer.")
+    layers: int = field(1, help="Stacked recurrent layers.")
+    dropout: float = field(0.0, help="Dropout before the output layer.")
+
+
+@dataclasses.dataclass
+class StockEvaluationConfig(EvaluationConfig):
+    moving_average_days: int = field(
+        5, help="Days averaged by the moving-average baseline."
+    )
+
+
+@dataclasses.dataclass
+class StockConfig(RecipeConfig):
+    data: StockDataConfig = section(StockDataConfig, "Price source and windows.")
+    model: StockModelConfig = section(StockModelConfig, "The recurrent regressor.")
+    train: TrainConfig = section(
+        TrainConfig, "The training loop.", epochs=20, batch_size=64, patience=4
+    )
+    evaluation: StockEvaluationConfig = section(
+        StockEvaluationConfig, "Baselines and backtest."
+    )
+
+
+class StockRecipe(Recipe):
+    """Stacked LSTM/GRU forecaster of daily closing prices."""
+
+    name = "stock"
+    summary = (
+        "Forecast the next daily closes of a stock: rnnkit LSTM/GRU vs persistence"
+    )
+    Config = StockConfig
+
+    def load_data(self, config: StockConfig) -> StockData:
+        from rnnkit_recipes.stock import data as stock_data
+
+        _check(config)
+        frame, source = stock_data.load_prices(
+            config.data.path,
+            config.data.ticker,
+            config.data.use_adjusted,
+            config.data.start,
+            config.data.end,
+        )
+        return stock_data.build(
+            frame,
+            source,
+            window=config.data.window,
+            horizon=config.data.horizon,
+            validation_fraction=config.data.validation_fraction,
+            test_fraction=config.data.test_fraction,
+        )
+
+    def build_model(self, config: StockConfig, data: StockData) -> keras.Model:
+        import keras
+
+        from rnnkit.models.sequence_regressor import build_sequence_regressor
+
+        model = build_sequence_regressor(
+            data.splits["train"].inputs,
+            outputs=config.data.horizon,
+            cell_type=config.model.cell_type,
+            units=config.model.units,
+            num_layers=config.model.layers,
+            dropout=config.model.dropout,
+            seed=config.train.seed,
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(config.train.learning_rate),
+            loss="mse",
+            metrics=["mae"],
+        )
+        return model
+
+    def search_space(
+        self, hp: keras_tuner.HyperParameters, config: StockConfig
+    ) -> StockConfig:
+        return config.with_values(
+            {
+                "model.cell_type": hp.Choice("cell_type", ["lstm", "gru"]),
+                "model.units": hp.Choice("units", [16, 32, 64]),
+                "model.layers": hp.Int("layers", 1, 2),
+                "data.window": hp.Choice("window", [10, 20, 30, 60]),
+                "model.dropout": hp.Choice("dropout", [0.0, 0.1, 0.3]),
+                "train.learning_rate": hp.Float(
+                    "learning_rate", 1e-4, 1e-2, sampling="log"
+                ),
+            }
+        )
+
+    def evaluate(
+        self, model: keras.Model, data: StockData, config: StockConfig
+    ) -> Metrics:
+        return forecast_table(
+            model, data, config.evaluation.moving_average_days, config.train.batch_size
+        )
+
+    def predict(
+        self, model: keras.Model, inputs: Sequence[str], config: StockConfig
+    ) -> list[str]:
+        sources = list(inputs) or [config.data.path]
+        lines = []
+        for path in sources:
+            lines += forecast_lines(model, path, config)
+        return lines
+
+    def write_plots(
+        self, model: keras.Model, data: StockData, config: StockConfig, plot_dir: Path
+    ) -> None:
+        plot_test_forecast(
+            model, data, config, plot_dir / "forecast.png", config.train.batch_size
+        )
+
+    def backtest_folds(
+        self, data: StockData, config: StockConfig
+    ) -> Iterable[StockData]:
+        from rnnkit_recipes.stock.data import walk_forward
+
+        return walk_forward(
+            data, config.evaluation.folds, config.data.validation_fraction
+        )
+
+
+def _check(config: StockConfig) -> None:
+    from rnnkit.errors import ConfigError
+
+    positive = {
+        "data.window": config.data.window,
+        "data.horizon": config.data.horizon,
+        "model.units": config.model.units,
+        "model.layers": config.model.layers,
+        "evaluation.moving_average_days": config.evaluation.moving_average_days,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be at least 1, got {value}")
+    fractions = (config.data.validation_fraction, config.data.test_fraction)
+    if not all(0 < f < 1 for f in fractions) or sum(fractions) >= 0.9:
+        raise ConfigError(
+            "data.validation_fraction and data.test_fraction must each be in (0, 1) "
+            "and leave at least 10% of the days for training"
+        )
+    if not 0 <= config.model.dropout < 1:
+        raise ConfigError(
+            f"model.dropout must be in [0, 1), got {config.model.dropout}"
+        )
+    if config.evaluation.folds < 0:
+        raise ConfigError(
+            f"evaluation.folds must be >= 0, got {config.evaluation.folds}"
+        )
+
+
+# -- Evaluation ----------------------------------------------------------------------
+
+
+def forecast_closes(
+    model: keras.Model, split: Split, closes: np.ndarray, batch_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(predicted, actual, last known) closes of a split's examples.
+
+    `predicted` and `actual` are (examples, horizon); `last` is (examples,), the close
+    of each anchor day, which is also the persistence forecast.
+    """
+    import numpy as np
+
+    returns_pct = model.predict(split.inputs, batch_size=batch_size, verbose=0)
+    horizon = returns_pct.shape[1]
+    last = closes[split.anchors]  # (examples,)
+    growth = np.exp(np.cumsum(returns_pct.astype("float64"), axis=1) / 100.0)
+    predicted = last[:, None] * growth  # (examples, horizon)
+    actual = closes[split.anchors[:, None] + np.arange(1, horizon + 1)]  # (ex, horizon)
+    return predicted, actual, last
+
+
+def moving_average(closes: np.ndarray, anchors: np.ndarray, days: int) -> np.ndarray:
+    """Mean close of the `days` days ending on each anchor (fewer at the start)."""
+    import numpy as np
+
+    totals = np.concatenate([[0.0], np.cumsum(closes)])
+    first = np.maximum(anchors + 1 - days, 0)
+    return (totals[anchors + 1] - totals[first]) / (anchors + 1 - first)
+
+
+def forecast_table(
+    model: keras.Model, data: StockData, moving_average_days: int, batch_size: int
+) -> Metrics:
+    """MAE / RMSE / MASE / directional accuracy of the model and the baselines."""
+    import numpy as np
+
+    from rnnkit.metrics import directional_accuracy, mae, mase, rmse
+
+    split = data.splits["test"]
+    closes = data.prices["close"].to_numpy()
+    predicted, actual, last = forecast_closes(model, split, closes, batch_size)
+    persistence = np.broadcast_to(last[:, None], actual.shape)
+    average = np.broadcast_to(
+        moving_average(closes, split.anchors, moving_average_days)[:, None],
+        actual.shape,
+    )
+    actual_change = actual - last[:, None]
+
+    def row(forecast: np.ndarray, direction: bool = True) -> dict[str, float]:
+        figures = {
+            "mae": mae(actual, forecast),
+            "rmse": rmse(actual, forecast),
+            "mase": mase(actual, forecast, persistence),
+        }
+        if direction:
+            figures["directional_accuracy"] = directional_accuracy(
+                actual_change, forecast - last[:, None]
+            )
+        return figures
+
+    return {
+        "model": row(predicted),
+        "persistence": row(persistence, direction=False),
+        f"moving_average_{moving_average_days}": row(average),
+        "always_up": {
+            "directional_accuracy": directional_accuracy(
+                actual_change, np.ones_like(actual_change)
+            )
+        },
+    }
+
+
+def plot_test_forecast(
+    model: keras.Model,
+    data: StockData,
+    config: StockConfig,
+    path: Path,
+    batch_size: int,
+) -> Path:
+    """Next-day forecasts against the actual close over the test span."""
+    from rnnkit import plots
+
+    split = data.splits["test"]
+    closes = data.prices["close"].to_numpy()
+    predicted, actual, last = forecast_closes(model, split, closes, batch_size)
+    dates = data.prices["date"].to_numpy()[split.anchors + 1]
+    cell = config.model.cell_type.upper()
+    return plots.forecast(
+        dates,
+        actual[:, 0],
+        {f"model ({cell}, next day)": predicted[:, 0], "persistence": last},
+        path,
+        title=f"{data.source}: test span, next-day close",
+    )
+
+
+def forecast_lines(
+    model: keras.Model, path: str | None, config: StockConfig
+) -> list[str]:
+    """The forecast closes for the `horizon` trading days after a file's last date."""
+    import numpy as np
+    import pandas as pd
+    from rnnkit_recipes.stock.data import latest_window, load_prices
+
+    frame, source = load_prices(
+        path, config.data.ticker, config.data.use_adjusted, None, None
+    )
+    window, prices = latest_window(frame, config.data.window, source)
+    returns_pct = model.predict(window, verbose=0)[0].astype("float64")  # (horizon,)
+    last_date = prices["date"].iloc[-1]
+    last_close = float(prices["close"].iloc[-1])
+    closes = last_close * np.exp(np.cumsum(returns_pct) / 100.0)
+    dates = pd.bdate_range(last_date + pd.offsets.BDay(1), periods=len(closes))
+    lines = [f"{source}: last close {last_close:.2f} on {last_date:%Y-%m-%d}"]
+    for date, close in zip(dates, closes, strict=True):
+        change = 100.0 * (close / last_close - 1.0)
+        lines.append(f"  {date:%Y-%m-%d}  forecast close {close:.2f}  ({change:+.2f}%)")
+    return lines

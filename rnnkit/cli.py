@@ -1,0 +1,421 @@
+"""The `rnnkit` launcher: list, run, evaluate, predict, tune, info.
+
+The module stays light: recipes are found through entry points and loaded only when
+named, and TensorFlow is imported inside the commands that train or load a model, so
+`rnnkit --help` and `rnnkit list` start fast.
+
+Every recipe's config fields become options of `rnnkit run NAME` and `rnnkit tune NAME`
+(`--model.units 64`), beside `--config FILE` and `--set key=value`; precedence is
+defaults < config file < command line. Bad input ends with a one-line `Error: ...` and
+a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rnnkit import __version__, registry
+from rnnkit import config as config_lib
+from rnnkit.errors import RnnkitError
+from rnnkit.recipe import Recipe
+
+FIELD_PREFIX = "cfg__"
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turns bad-input errors into click's one-line `Error: ...` (exit status 1)."""
+    try:
+        yield
+    except RnnkitError as error:
+        raise click.ClickException(str(error)) from None
+    except OSError as error:  # unreadable file, disk full, ...
+        raise click.ClickException(
+            f"{error.strerror or error}: {error.filename}"
+        ) from None
+
+
+# -- Options generated from a recipe's config ----------------------------------------
+
+
+def _field_options(config_cls: type[config_lib.RecipeConfig]) -> list[click.Option]:
+    options = []
+    for info in config_lib.fields_of(config_cls):
+        if info.choices is not None:
+            metavar = "[" + "|".join(str(c) for c in info.choices) + "]"
+        else:
+            metavar = config_lib.type_name(info.type).upper().replace(" ", "_")
+        default = "none" if info.default is None else info.default
+        if isinstance(default, tuple):
+            default = ",".join(map(str, default))
+        options.append(
+            click.Option(
+                [f"--{info.key}", FIELD_PREFIX + info.key.replace(".", "__")],
+                metavar=metavar,
+                default=None,
+                help=f"{info.help} [default: {default}]",
+            )
+        )
+    return options
+
+
+def _field_values(
+    config_cls: type[config_lib.RecipeConfig], params: dict[str, Any]
+) -> dict[str, Any]:
+    infos = {info.key: info for info in config_lib.fields_of(config_cls)}
+    values = {}
+    for name, text in params.items():
+        if name.startswith(FIELD_PREFIX) and text is not None:
+            key = name[len(FIELD_PREFIX) :].replace("__", ".")
+            values[key] = config_lib.parse_text(infos[key], text)
+    return values
+
+
+def _config_params() -> list[click.Option]:
+    return [
+        click.Option(
+            ["--config", "config_file"],
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="TOML file of config values (e.g. a recipe's configs/*.toml).",
+        ),
+        click.Option(
+            ["--set", "assignments"],
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Set a config value, e.g. --set data.path=prices.csv (repeatable).",
+        ),
+        click.Option(["--epochs"], type=int, help="Shortcut for train.epochs."),
+        click.Option(["--seed"], type=int, help="Shortcut for train.seed."),
+        click.Option(
+            ["--device"],
+            type=click.Choice(["auto", "cpu", "gpu"]),
+            help="Shortcut for train.device.",
+        ),
+        click.Option(
+            ["--mixed-precision/--no-mixed-precision"],
+            default=None,
+            help="Shortcut for train.mixed_precision.",
+        ),
+    ]
+
+
+def _resolve_config(recipe: Recipe, params: dict[str, Any]) -> config_lib.RecipeConfig:
+    overrides = config_lib.parse_assignments(recipe.Config, list(params["assignments"]))
+    overrides.update(_field_values(recipe.Config, params))
+    shortcuts = {
+        "train.epochs": params["epochs"],
+        "train.seed": params["seed"],
+        "train.device": params["device"],
+        "train.mixed_precision": params["mixed_precision"],
+    }
+    overrides.update({k: v for k, v in shortcuts.items() if v is not None})
+    return config_lib.resolve(recipe.Config, params["config_file"], overrides)
+
+
+def _given_config_params(params: dict[str, Any]) -> list[str]:
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("config_file", "epochs", "seed", "device", "mixed_precision")
+        if params[name] is not None
+    ]
+    if params["assignments"]:
+        given.append("--set")
+    given += [
+        "--" + name[len(FIELD_PREFIX) :].replace("__", ".")
+        for name, value in params.items()
+        if name.startswith(FIELD_PREFIX) and value is not None
+    ]
+    return [g.replace("--config-file", "--config") for g in given]
+
+
+class RecipeGroup(click.Group):
+    """A group whose subcommands are the installed recipes, loaded when named."""
+
+    def __init__(self, *args: Any, command_for: Callable, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command_for = command_for
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(registry.available())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in registry.available():
+            return None
+        try:
+            recipe = registry.load(name)
+        except RnnkitError as error:
+            message = str(error)
+
+            def fail() -> None:
+                raise click.ClickException(message)
+
+            return click.Command(name, callback=fail, help=f"(unavailable) {message}")
+        return self.command_for(recipe)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        command = self.get_command(ctx, name)
+        if command is None:
+            with user_errors():
+                registry.load(name)  # raises the "unknown recipe ..." error
+        return name, command, args[1:]
+
+
+# -- Commands ------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rnnkit")
+def main() -> None:
+    """Recurrent-network recipes for Keras: train, evaluate, predict and tune."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logger = logging.getLogger("rnnkit")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+@main.command("list")
+def list_recipes() -> None:
+    """List the installed recipes with their one-line summaries."""
+    rows = registry.summaries()
+    if not rows:
+        click.echo("No recipes are installed.")
+        return
+    width = max(len(name) for name, _ in rows)
+    for name, summary in rows:
+        click.echo(f"{name.ljust(width)}  {summary}")
+
+
+def _print_metrics(metrics: dict[str, Any]) -> None:
+    from rnnkit.metrics import format_table
+
+    click.echo("\nTest metrics (model vs baselines, same test days):")
+    click.echo(format_table(metrics["test"]))
+    if "backtest" in metrics:
+        folds = metrics["backtest"]["folds"]
+        for index, table in enumerate(folds, start=1):
+            click.echo(f"\nBacktest fold {index}/{len(folds)}:")
+            click.echo(format_table(table))
+        click.echo(f"\nBacktest mean over {len(folds)} folds:")
+        click.echo(format_table(metrics["backtest"]["mean"]))
+
+
+def _run_command(recipe: Recipe) -> click.Command:
+    def callback(**params: Any) -> None:
+        from rnnkit import runner
+
+        with user_errors():
+            resume = params["resume"]
+            if resume is not None:
+                given = _given_config_params(params)
+                if given or params["run_dir"] is not None:
+                    raise RnnkitError(
+                        "--resume continues a run with its own config.toml; leave out "
+                        + ", ".join(given or ["--run-dir"])
+                    )
+                config = runner.prepare_resume(recipe, resume)
+                run_dir = resume
+            else:
+                config = _resolve_config(recipe, params)
+                run_dir = params["run_dir"]
+            result = runner.run(recipe, config, run_dir, resume=resume is not None)
+        _print_metrics(result.metrics)
+        click.echo(f"\nRun directory: {result.run_dir}")
+
+    params = [
+        *_config_params(),
+        click.Option(
+            ["--run-dir"],
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Where to write the run (default: runs/NAME/<timestamp>).",
+        ),
+        click.Option(
+            ["--resume"],
+            type=click.Path(file_okay=False, exists=True, path_type=Path),
+            help="Continue the interrupted run in this directory.",
+        ),
+        *_field_options(recipe.Config),
+    ]
+    return click.Command(
+        recipe.name,
+        callback=callback,
+        params=params,
+        help=f"{recipe.summary}\n\nTrains, evaluates on the test split and writes "
+        "a run directory. Config options below override --config and --set.",
+        short_help=recipe.summary,
+    )
+
+
+@main.group(cls=RecipeGroup, command_for=_run_command)
+def run() -> None:
+    """Train a recipe and report its test metrics next to the baselines'."""
+
+
+@main.command()
+@click.argument(
+    "run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path)
+)
+@click.option("--data", "data_path", help="Evaluate on this data instead (data.path).")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the metrics to this JSON file.",
+)
+def evaluate(
+    run_dir: Path,
+    data_path: str | None,
+    assignments: tuple[str, ...],
+    output: Path | None,
+) -> None:
+    """Evaluate the saved model of RUN_DIR on the test split (no retraining)."""
+    from rnnkit import runner
+
+    with user_errors():
+        recipe, config, model = runner.load_run(run_dir, registry.load)
+        overrides = config_lib.parse_assignments(recipe.Config, list(assignments))
+        if data_path is not None:
+            overrides["data.path"] = data_path
+        config = config.with_values(overrides)
+        runner.configure_runtime(config.train)
+        metrics = {"test": recipe.evaluate(model, recipe.load_data(config), config)}
+        if output is not None:
+            runner.write_json(output, metrics)
+    _print_metrics(metrics)
+
+
+@main.command()
+@click.argument(
+    "run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path)
+)
+@click.argument("inputs", nargs=-1)
+def predict(run_dir: Path, inputs: tuple[str, ...]) -> None:
+    """Predict with the saved model of RUN_DIR from INPUTS (files, texts, ...)."""
+    from rnnkit import runner
+
+    with user_errors():
+        recipe, config, model = runner.load_run(run_dir, registry.load)
+        lines = recipe.predict(model, list(inputs), config)
+    for line in lines:
+        click.echo(line)
+
+
+def _tune_command(recipe: Recipe) -> click.Command:
+    def callback(**params: Any) -> None:
+        from rnnkit import tuning
+
+        with user_errors():
+            config = _resolve_config(recipe, params)
+            result = tuning.tune(
+                recipe,
+                config,
+                tuner=params["tuner"],
+                max_trials=params["max_trials"],
+                executions_per_trial=params["executions_per_trial"],
+                directory=params["tune_dir"] or Path("runs") / recipe.name / "tuning",
+                overwrite=params["overwrite"],
+            )
+        click.echo(
+            f"\n{result.completed} trial(s) completed; best {recipe.objective} = "
+            f"{result.best_score:.6g}"
+        )
+        click.echo(f"Best config: {result.best_config_path}")
+        click.echo(f"Trials:      {result.trials_path}")
+        best = result.best_config_path
+        click.echo(f"Train it with: rnnkit run {recipe.name} --config {best}")
+
+    params = [
+        click.Option(
+            ["--tuner"],
+            type=click.Choice(["random", "hyperband", "bayesian"]),
+            default="random",
+            show_default=True,
+            help="Keras Tuner search algorithm.",
+        ),
+        click.Option(
+            ["--max-trials"],
+            type=click.IntRange(min=1),
+            default=10,
+            show_default=True,
+            help="Most configurations to try.",
+        ),
+        click.Option(
+            ["--executions-per-trial"],
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Trainings per configuration (their mean is the score).",
+        ),
+        click.Option(
+            ["--tune-dir"],
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Tuning state and results (default: runs/NAME/tuning); "
+            "running again resumes it.",
+        ),
+        click.Option(
+            ["--overwrite"], is_flag=True, help="Start afresh instead of resuming."
+        ),
+        *_config_params(),
+        *_field_options(recipe.Config),
+    ]
+    return click.Command(
+        recipe.name,
+        callback=callback,
+        params=params,
+        help=f"{recipe.summary}\n\nSearches the recipe's search space with Keras Tuner "
+        "and writes best.toml and trials.csv. Config options set the fixed values.",
+        short_help=recipe.summary,
+    )
+
+
+@main.group(cls=RecipeGroup, command_for=_tune_command)
+def tune() -> None:
+    """Tune a recipe's hyperparameters with Keras Tuner."""
+
+
+@main.command()
+def info() -> None:
+    """Show versions, the Keras backend and the visible devices."""
+    import keras
+
+    from rnnkit.runner import versions
+
+    for name, version in versions().items():
+        click.echo(f"{name:<12} {version}")
+    click.echo(f"{'backend':<12} {keras.backend.backend()}")
+    for device in _devices(keras.backend.backend()):
+        click.echo(f"{'device':<12} {device}")
+    click.echo(f"{'recipes':<12} {', '.join(registry.available()) or 'none'}")
+
+
+def _devices(backend: str) -> list[str]:
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return [f"{d.device_type} {d.name}" for d in tf.config.list_physical_devices()]
+    if backend == "jax":
+        import jax
+
+        return [f"{d.platform} {d}" for d in jax.devices()]
+    if backend == "torch":
+        import torch
+
+        gpus = [
+            f"cuda {torch.cuda.get_device_name(i)}"
+            for i in range(torch.cuda.device_count())
+        ]
+        return ["cpu", *gpus]
+    return []

@@ -1,0 +1,229 @@
+"""Keras Tuner over a recipe's search space.
+
+Each trial draws values with `recipe.search_space(hp, config)`, which returns a whole
+config; the trial then loads the data that config asks for (cached, since a search
+space may change e.g. the window length), seeds every generator with `train.seed`,
+builds the model with `recipe.build_model` and trains it through the runner's `fit`, with the
+runner's NaN and early-stopping callbacks. Keras Tuner infers the direction of
+`recipe.objective` from its name (a loss is minimised, an accuracy maximised).
+
+The tuning folder keeps Keras Tuner's state, so running the same command again resumes
+the search (`overwrite=True` starts afresh), and receives two results:
+
+    best.toml    the best trial's full config: `rnnkit run NAME --config best.toml`
+    trials.csv   one row per trial: id, status, objective score, hyperparameter values
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from rnnkit import config as config_lib
+from rnnkit import runner
+from rnnkit.errors import ConfigError, TrainingError
+from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+
+log = logging.getLogger("rnnkit")
+
+TUNERS = ("random", "hyperband", "bayesian")
+BEST_CONFIG_FILE = "best.toml"
+TRIALS_FILE = "trials.csv"
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """Where the results went and what the best trial reached."""
+
+    directory: Path
+    best_config: RecipeConfig
+    best_config_path: Path
+    trials_path: Path
+    best_score: float
+    completed: int
+
+
+def _make_hypermodel(recipe: Recipe, config: RecipeConfig, verbose: int | str) -> Any:
+    import keras
+    import keras_tuner
+
+    data_cache: dict[str, RecipeData] = {}
+
+    def data_for(trial_config: RecipeConfig) -> RecipeData:
+        key = repr(trial_config.to_dict()["data"])
+        if key not in data_cache:
+            data_cache[key] = recipe.load_data(trial_config)
+        return data_cache[key]
+
+    class RecipeHyperModel(keras_tuner.HyperModel):
+        """Builds and fits the recipe's model for one set of hyperparameters."""
+
+        def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+            trial_config = recipe.search_space(hp, config)
+            keras.utils.set_random_seed(trial_config.train.seed)
+            return recipe.build_model(trial_config, data_for(trial_config))
+
+        def fit(
+            self,
+            hp: keras_tuner.HyperParameters,
+            model: keras.Model,
+            *args: Any,
+            callbacks: list | None = None,
+            **kwargs: Any,
+        ) -> keras.callbacks.History:
+            trial_config = recipe.search_space(hp, config)
+            history = runner.fit(
+                model,
+                data_for(trial_config),
+                trial_config,
+                [*(callbacks or []), *runner.tuning_callbacks(trial_config)],
+                verbose=verbose,
+                **kwargs,
+            )
+            losses = history.history.get("loss", [])
+            if any(not math.isfinite(loss) for loss in losses):
+                # A failed trial, so Keras Tuner neither ranks it nor retries forever.
+                raise keras_tuner.errors.FailedTrialError(
+                    "the training loss became NaN"
+                )
+            return history
+
+    return RecipeHyperModel(name=recipe.name)
+
+
+def _make_tuner(
+    tuner: str,
+    hypermodel: Any,
+    objective: str,
+    config: RecipeConfig,
+    max_trials: int,
+    executions_per_trial: int,
+    directory: Path,
+    overwrite: bool,
+) -> Any:
+    import keras_tuner
+
+    common = dict(
+        hypermodel=hypermodel,
+        objective=objective,
+        seed=config.train.seed,
+        executions_per_trial=executions_per_trial,
+        directory=str(directory),
+        project_name=tuner,
+        overwrite=overwrite,
+    )
+    if tuner == "random":
+        return keras_tuner.RandomSearch(max_trials=max_trials, **common)
+    if tuner == "bayesian":
+        return keras_tuner.BayesianOptimization(max_trials=max_trials, **common)
+    if tuner == "hyperband":
+        search = keras_tuner.Hyperband(max_epochs=config.train.epochs, **common)
+        # Hyperband sizes its brackets from max_epochs; cap the number of trials too.
+        search.oracle.max_trials = max_trials
+        return search
+    raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+
+
+def tune(
+    recipe: Recipe,
+    config: RecipeConfig,
+    tuner: str = "random",
+    max_trials: int = 10,
+    executions_per_trial: int = 1,
+    directory: str | Path | None = None,
+    overwrite: bool = False,
+    verbose: int | str = "auto",
+) -> TuneResult:
+    """Searches `recipe.search_space` and writes best.toml and trials.csv.
+
+    Args:
+        recipe: the recipe instance.
+        config: the fixed values; the search space overrides some of them per trial.
+        tuner: "random", "hyperband" or "bayesian".
+        max_trials: most configurations to try.
+        executions_per_trial: trainings per configuration, averaged.
+        directory: tuning state and results; default `runs/<recipe>/tuning`.
+        overwrite: start afresh instead of resuming the search in `directory`.
+        verbose: Keras `fit` verbosity of each trial.
+
+    Raises:
+        TrainingError: if no trial completed.
+    """
+    import keras_tuner
+
+    if tuner not in TUNERS:
+        raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    directory = Path(directory or Path("runs") / recipe.name / "tuning")
+    runner.configure_runtime(config.train)
+    search = _make_tuner(
+        tuner,
+        _make_hypermodel(recipe, config, verbose),
+        recipe.objective,
+        config,
+        max_trials,
+        executions_per_trial,
+        directory,
+        overwrite,
+    )
+    log.info("tuning %s with %s search in %s", recipe.name, tuner, directory)
+    try:
+        search.search(verbose=1 if verbose == "auto" else verbose)
+    except RuntimeError as error:
+        # Keras Tuner stops after several consecutive failed trials.
+        log.info("tuning stopped: %s", str(error).strip().splitlines()[0])
+
+    trials = list(search.oracle.trials.values())
+    completed = [
+        t for t in trials if t.status == keras_tuner.engine.trial.TrialStatus.COMPLETED
+    ]
+    if not completed:
+        failed = [t for t in trials if t.message]
+        reason = failed[-1].message.strip().splitlines()[-1] if failed else "none ran"
+        raise TrainingError(
+            f"no tuning trial completed ({len(trials)} tried in {directory}); "
+            f"last failure: {reason}"
+        )
+
+    best_trial = search.oracle.get_best_trials(1)[0]
+    best_config = recipe.search_space(best_trial.hyperparameters, config)
+    score = float(best_trial.score)
+    best_config_path = runner.write_text(
+        directory / BEST_CONFIG_FILE,
+        config_lib.to_toml(
+            best_config,
+            f"rnnkit recipe: {recipe.name}\n"
+            f"Best of {len(completed)} completed {tuner} trials: "
+            f"{recipe.objective} = {score:.6g} (trial {best_trial.trial_id})\n"
+            f"Train it with: rnnkit run {recipe.name} --config {BEST_CONFIG_FILE}",
+        ),
+    )
+    trials_path = runner.write_text(
+        directory / TRIALS_FILE, _trials_csv(trials, recipe)
+    )
+    return TuneResult(
+        directory=directory,
+        best_config=best_config,
+        best_config_path=best_config_path,
+        trials_path=trials_path,
+        best_score=score,
+        completed=len(completed),
+    )
+
+
+def _trials_csv(trials: list[Any], recipe: Recipe) -> str:
+    names: list[str] = []
+    for trial in trials:
+        names.extend(n for n in trial.hyperparameters.values if n not in names)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["trial_id", "status", recipe.objective, *names])
+    for trial in sorted(trials, key=lambda t: t.trial_id):
+        score = "" if trial.score is None else repr(float(trial.score))
+        values = [trial.hyperparameters.values.get(n, "") for n in names]
+        writer.writerow([trial.trial_id, trial.status, score, *values])
+    return buffer.getvalue()
