@@ -1,0 +1,1 @@
+"""The sentiment recipe: `rnnkit run sentiment` (see README.md beside this file)."""

@@ -1,0 +1,317 @@
+"""Sentiment: many-to-one classification of reviews with an rnnkit recurrent classifier.
+
+`rnnkit run sentiment` trains a bidirectional rnnkit LSTM on IMDB movie reviews
+(tensorflow-datasets, or local files through `data.path`) and reports accuracy,
+precision, recall, F1 and ROC AUC on the test split next to two baselines trained on
+the same training texts: the majority class, and a bag-of-words logistic regression.
+
+The module stays light: TensorFlow, Keras and scikit-learn are imported inside the
+methods, because `rnnkit list` imports every recipe module to read its summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rnnkit.recipe import (
+    DataConfig,
+    DataError,
+    Metrics,
+    ModelConfig,
+    Recipe,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+    import numpy as np
+    from rnnkit_recipes.sentiment.data import SentimentData
+
+    from rnnkit.data.text import TextSplit
+
+
+@dataclasses.dataclass
+class SentimentDataConfig(DataConfig):
+    test_path: str | None = field(
+        None,
+        help="CSV/TSV file of test examples for a data.path file (otherwise "
+        "data.test_fraction of data.path is held out).",
+    )
+    text_column: str = field("text", help="Column of a CSV/TSV that holds the text.")
+    label_column: str = field("label", help="Column of a CSV/TSV that holds the label.")
+    class_names: tuple[str, ...] = field(
+        (),
+        help="Class names in label order; labels may be these names or their indices "
+        "(empty: inferred, and 0/1 read as negative/positive).",
+    )
+    encoding: str = field("utf-8", help="Text encoding of local files.")
+    validation_fraction: float = field(
+        0.1,
+        help="Share of the training data held out for early stopping (stratified).",
+    )
+    test_fraction: float = field(
+        0.1, help="Share held out for testing when the source has no test split."
+    )
+    limit: int = field(
+        0,
+        help="Keep a stratified sample of at most this many examples per split "
+        "(0 keeps all); for quick trials.",
+    )
+    vocabulary_size: int = field(
+        20000, help="Most frequent tokens kept (with padding and out-of-vocabulary)."
+    )
+    sequence_length: int = field(
+        400, help="Most tokens of a text that the model reads."
+    )
+    keep: str = field(
+        "first",
+        help="Tokens kept from longer texts: the first or the last sequence_length.",
+        choices=("first", "last"),
+    )
+    lowercase: bool = field(True, help="Lower-case texts before tokenizing.")
+    bucket: bool = field(
+        True, help="Batch training texts of similar length together (faster)."
+    )
+
+
+@dataclasses.dataclass
+class SentimentModelConfig(ModelConfig):
+    cell_type: str = field(
+        "lstm", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
+    )
+    units: int = field(64, help="Units per recurrent layer and direction.")
+    num_layers: int = field(1, help="Stacked recurrent layers.")
+    bidirectional: bool = field(True, help="Read texts in both directions.")
+    embedding_dim: int = field(128, help="Size of the learned word vectors.")
+    pooling: str = field(
+        "last",
+        help="Summary of the text: the last state, or the mean of the outputs.",
+        choices=("last", "mean"),
+    )
+    embedding_dropout: float = field(
+        0.2, help="Spatial dropout rate on the word vectors."
+    )
+    dropout: float = field(
+        0.3, help="Dropout rate on the recurrent inputs and before the output layer."
+    )
+    recurrent_dropout: float = field(
+        0.0, help="Dropout rate on the recurrent state (slower when > 0)."
+    )
+
+
+@dataclasses.dataclass
+class SentimentConfig(RecipeConfig):
+    data: SentimentDataConfig = section(SentimentDataConfig, "Reviews and tokens.")
+    model: SentimentModelConfig = section(SentimentModelConfig, "The classifier.")
+    train: TrainConfig = section(
+        TrainConfig, "The training loop.", epochs=4, batch_size=64, patience=2
+    )
+
+
+class SentimentRecipe(Recipe):
+    """IMDB-style sentiment classification with an rnnkit sequence classifier."""
+
+    name = "sentiment"
+    summary = (
+        "Review sentiment (IMDB): bidirectional rnnkit LSTM vs majority and "
+        "bag-of-words baselines"
+    )
+    Config = SentimentConfig
+
+    def __init__(self) -> None:
+        # evaluate() and write_plots() both need the test predictions of one model.
+        self._predictions: tuple[object, object, np.ndarray] | None = None
+
+    def load_data(self, config: SentimentConfig) -> SentimentData:
+        from rnnkit_recipes.sentiment import data
+
+        return data.load(config)
+
+    def build_model(self, config: SentimentConfig, data: SentimentData) -> keras.Model:
+        from rnnkit.models.sequence_classifier import (
+            build_sequence_classifier,
+            compile_sequence_classifier,
+            make_text_vectorizer,
+        )
+
+        vectorizer = make_text_vectorizer(
+            data.text.train.texts,
+            vocabulary_size=config.data.vocabulary_size,
+            lowercase=config.data.lowercase,
+        )
+        model = build_sequence_classifier(
+            vectorizer,
+            data.text.class_names,
+            sequence_length=config.data.sequence_length,
+            keep=config.data.keep,
+            embedding_dim=config.model.embedding_dim,
+            cell_type=config.model.cell_type,
+            units=config.model.units,
+            num_layers=config.model.num_layers,
+            bidirectional=config.model.bidirectional,
+            pooling=config.model.pooling,
+            embedding_dropout=config.model.embedding_dropout,
+            dropout=config.model.dropout,
+            recurrent_dropout=config.model.recurrent_dropout,
+            seed=config.train.seed,
+        )
+        return compile_sequence_classifier(model, config.train.learning_rate)
+
+    def search_space(
+        self, hp: keras_tuner.HyperParameters, config: SentimentConfig
+    ) -> SentimentConfig:
+        return config.with_values(
+            {
+                "model.cell_type": hp.Choice("cell_type", ["lstm", "gru"]),
+                "model.units": hp.Int("units", 32, 128, step=32),
+                "model.num_layers": hp.Int("num_layers", 1, 2),
+                "model.bidirectional": hp.Boolean("bidirectional", default=True),
+                "model.embedding_dim": hp.Choice("embedding_dim", [64, 128]),
+                "model.dropout": hp.Float("dropout", 0.0, 0.5, step=0.1),
+                "train.learning_rate": hp.Float(
+                    "learning_rate", 3e-4, 3e-3, sampling="log"
+                ),
+                "data.sequence_length": hp.Choice("sequence_length", [200, 400]),
+            }
+        )
+
+    def evaluate(
+        self, model: keras.Model, data: SentimentData, config: SentimentConfig
+    ) -> Metrics:
+        from rnnkit.metrics import classification_metrics
+
+        train, test = data.text.train, data.text.test
+        num_classes = data.text.num_classes
+        return {
+            "model": classification_metrics(
+                test.labels, self._test_probabilities(model, data, config)
+            ),
+            "majority": classification_metrics(
+                test.labels, _majority_probabilities(train, test, num_classes)
+            ),
+            "bag_of_words": classification_metrics(
+                test.labels,
+                _bag_of_words_probabilities(train, test, num_classes, config),
+            ),
+        }
+
+    def predict(
+        self, model: keras.Model, inputs: Sequence[str], config: SentimentConfig
+    ) -> list[str]:
+        from rnnkit.models.sequence_classifier import (
+            class_names_of,
+            class_probabilities,
+        )
+
+        texts = _read_inputs(inputs, config.data.encoding)
+        probabilities = class_probabilities(model, texts, verbose=0)
+        names = class_names_of(model)
+        width = max(len(name) for name in names)
+        lines = []
+        for text, row in zip(texts, probabilities, strict=True):
+            best = int(row.argmax())
+            preview = text if len(text) <= 60 else text[:57] + "..."
+            lines.append(f"{names[best]:<{width}}  {row[best]:.3f}  {preview}")
+        return lines
+
+    def write_plots(
+        self,
+        model: keras.Model,
+        data: SentimentData,
+        config: SentimentConfig,
+        plot_dir: Path,
+    ) -> None:
+        from rnnkit import metrics, plots
+
+        test = data.text.test
+        predicted = self._test_probabilities(model, data, config).argmax(axis=1)
+        matrix = metrics.confusion_matrix(test.labels, predicted, data.text.num_classes)
+        plots.confusion_matrix(
+            matrix,
+            data.text.class_names,
+            plot_dir / "confusion_matrix.png",
+            title=f"{self.name}: test split ({len(test)} texts)",
+        )
+
+    def _test_probabilities(
+        self, model: keras.Model, data: SentimentData, config: SentimentConfig
+    ) -> np.ndarray:
+        """Class probabilities (n, K) of the test texts, computed once per model."""
+        from rnnkit_recipes.sentiment.data import length_order
+
+        from rnnkit.models.sequence_classifier import class_probabilities
+
+        cached = self._predictions
+        if cached is None or cached[0] is not model or cached[1] is not data:
+            texts = data.text.test.texts
+            # Texts of similar length in one batch pad less; the order is undone below.
+            order = length_order(texts)
+            probabilities = class_probabilities(
+                model, texts[order], batch_size=config.train.batch_size, verbose=0
+            )
+            probabilities[order] = probabilities.copy()
+            self._predictions = (model, data, probabilities)
+        return self._predictions[2]
+
+
+def _majority_probabilities(
+    train: TextSplit, test: TextSplit, num_classes: int
+) -> np.ndarray:
+    """Every test text gets the training class frequencies: the majority class wins."""
+    import numpy as np
+
+    frequencies = np.bincount(train.labels, minlength=num_classes) / len(train)
+    return np.tile(frequencies, (len(test), 1))
+
+
+def _bag_of_words_probabilities(
+    train: TextSplit, test: TextSplit, num_classes: int, config: SentimentConfig
+) -> np.ndarray:
+    """A unigram bag-of-words logistic regression (scikit-learn) on the same training
+    texts, with the same vocabulary size and lower-casing as the model."""
+    import numpy as np
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vectorizer = CountVectorizer(
+        binary=True,
+        lowercase=config.data.lowercase,
+        max_features=config.data.vocabulary_size,
+    )
+    features = vectorizer.fit_transform(train.texts)
+    classifier = LogisticRegression(max_iter=1000)
+    classifier.fit(features, train.labels)
+    probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
+    # Columns follow classifier.classes_ (the classes seen in training).
+    by_class = np.zeros((len(test), num_classes))
+    by_class[:, classifier.classes_] = probabilities
+    return by_class
+
+
+def _read_inputs(inputs: Sequence[str], encoding: str) -> list[str]:
+    """Texts from the command line: a path to a file gives one text per non-blank
+    line; anything else is a text itself."""
+    texts: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_file():
+            try:
+                lines = path.read_text(encoding=encoding).splitlines()
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path}: not valid {encoding} text ({error.reason}); set "
+                    "data.encoding to the file's encoding"
+                ) from error
+            texts.extend(line.strip() for line in lines if line.strip())
+        elif item.strip():
+            texts.append(item.strip())
+    if not texts:
+        raise DataError("nothing to classify: give a text, or a file with one per line")
+    return texts
