@@ -116,6 +116,7 @@ def load_model(path: str | Path) -> keras.Model:
     import keras
 
     import rnnkit.layers  # noqa: F401 - registers the rnnkit layers for deserialization
+    import rnnkit.models  # noqa: F401 - and the custom pieces of the rnnkit models
 
     path = Path(path)
     if not path.is_file():
@@ -305,7 +306,8 @@ def fit(
             shuffle=config.train.shuffle,
             **common,
         )
-    return model.fit(data.train, **common)
+    # A dataset shuffles itself (Keras warns if asked to shuffle one).
+    return model.fit(data.train, shuffle=False, **common)
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:

@@ -1,0 +1,7 @@
+"""Reusable architectures built from the rnnkit layers.
+
+Importing this package registers the custom Keras objects of every model module, so
+that `keras.saving.load_model` can rebuild a saved model in safe mode.
+"""
+
+from rnnkit.models import sequence_classifier
