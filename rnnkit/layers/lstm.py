@@ -155,7 +155,8 @@ class LSTMCell(RecurrentCell):
         Returns `{"input", "forget", "candidate", "output", "cell", "hidden"}`.
         """
         kernels, recurrent_kernels, biases = self.gate_weights()
-        h_prev, c_prev = (ops.convert_to_tensor(s, self.compute_dtype) for s in states)
+        inputs = ops.cast(inputs, self.compute_dtype)
+        h_prev, c_prev = (ops.cast(state, self.compute_dtype) for state in states)
         z = [
             ops.matmul(inputs, kernels[gate])
             + ops.matmul(h_prev, recurrent_kernels[gate])
