@@ -141,6 +141,32 @@ class GRUCell(RecurrentCell):
         h_t = z_t * h_prev + (1.0 - z_t) * ops.cast(n_t, h_prev.dtype)
         return ops.cast(h_t, self.compute_dtype), [h_t]
 
+    def gate_activations(self, inputs, states):
+        """The gates of one step, for teaching: dict of (batch, units) tensors.
+
+        Returns `{"update", "reset", "candidate", "hidden"}` (z_t, r_t, n_t, h_t).
+        """
+        inputs = ops.cast(inputs, self.compute_dtype)
+        states = states if isinstance(states, (list, tuple)) else [states]
+        h_prev = ops.cast(states[0], self.compute_dtype)
+        kernels, recurrent_kernels, input_biases, recurrent_biases = self.gate_weights()
+        x = [ops.matmul(inputs, kernels[gate]) for gate in range(3)]
+        if input_biases is not None:
+            x = [x[gate] + input_biases[gate] for gate in range(3)]
+
+        def recurrent(gate, h):
+            r = ops.matmul(h, recurrent_kernels[gate])
+            return r if recurrent_biases is None else r + recurrent_biases[gate]
+
+        z_t = self.recurrent_activation(x[UPDATE_GATE] + recurrent(UPDATE_GATE, h_prev))
+        r_t = self.recurrent_activation(x[RESET_GATE] + recurrent(RESET_GATE, h_prev))
+        if self.reset_after:
+            n_t = self.activation(x[CANDIDATE] + r_t * recurrent(CANDIDATE, h_prev))
+        else:
+            n_t = self.activation(x[CANDIDATE] + recurrent(CANDIDATE, r_t * h_prev))
+        hidden = z_t * h_prev + (1.0 - z_t) * n_t
+        return {"update": z_t, "reset": r_t, "candidate": n_t, "hidden": hidden}
+
     def get_config(self):
         return {
             **super().get_config(),

@@ -121,3 +121,16 @@ def test_get_config_round_trip():
     clone = GRU.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
     assert clone.reset_after is False and clone.recurrent_dropout == 0.1
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_gate_activations_reproduce_one_step(reset_after):
+    cell = GRUCell(3, reset_after=reset_after)
+    x = checks.random_inputs(8)[:, 0]
+    h0 = np.random.RandomState(1).randn(checks.BATCH, 3).astype("float32")
+    h1, _ = cell(x, [h0])
+    gates = cell.gate_activations(x, [h0])
+    checks.assert_close(keras.ops.convert_to_numpy(gates["hidden"]), h1)
+    for name in ("update", "reset"):
+        values = keras.ops.convert_to_numpy(gates[name])
+        assert values.min() > 0 and values.max() < 1, name
