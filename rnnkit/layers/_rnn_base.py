@@ -149,7 +149,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         return input_mask, recurrent_mask
 
     def call(self, inputs, states, training=False):
-        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        nested = isinstance(states, (list, tuple))
+        states = list(states) if nested else [states]
         input_mask, recurrent_mask = self.dropout_masks(inputs, states[0], training)
         output, new_states = self.step(
             inputs, states, self.gate_weights(), input_mask, recurrent_mask
@@ -159,7 +160,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             ops.cast(new, old.dtype)
             for new, old in zip(new_states, states, strict=True)
         ]
-        return output, new_states if len(new_states) > 1 else new_states[0]
+        # Give the states back in the structure they came in (as Keras cells do).
+        return output, new_states if nested else new_states[0]
 
     def get_config(self):
         config = {
