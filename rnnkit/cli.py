@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -180,11 +179,16 @@ def main() -> None:
     """Recurrent-network recipes for Keras: train, evaluate, predict and tune."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logger = logging.getLogger("rnnkit")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
+    if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
+        logger.addHandler(_EchoHandler())
         logger.setLevel(logging.INFO)
+
+
+class _EchoHandler(logging.Handler):
+    """Progress notes to whatever stderr is now (click's test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)
 
 
 @main.command("list")

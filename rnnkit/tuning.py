@@ -3,8 +3,8 @@
 Each trial draws values with `recipe.search_space(hp, config)`, which returns a whole
 config; the trial then loads the data that config asks for (cached, since a search
 space may change e.g. the window length), seeds every generator with `train.seed`,
-builds the model with `recipe.build_model` and trains it through the runner's `fit`, with the
-runner's NaN and early-stopping callbacks. Keras Tuner infers the direction of
+builds the model with `recipe.build_model` and trains it through the runner's `fit`,
+with the runner's NaN and early-stopping callbacks. Keras Tuner infers the direction of
 `recipe.objective` from its name (a loss is minimised, an accuracy maximised).
 
 The tuning folder keeps Keras Tuner's state, so running the same command again resumes

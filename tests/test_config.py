@@ -1,0 +1,155 @@
+"""rnnkit.config: defaults <- TOML <- command line, checked types, helpful errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rnnkit import config as config_lib
+from rnnkit.config import (
+    DataConfig,
+    ModelConfig,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+from rnnkit.errors import ConfigError
+
+
+@dataclasses.dataclass
+class ToyData(DataConfig):
+    window: int = field(30, help="Past steps.")
+    sizes: tuple[int, ...] = field((1, 2), help="A list.")
+    label: str | None = field(None, help="Optional text.")
+
+
+@dataclasses.dataclass
+class ToyModel(ModelConfig):
+    units: int = field(64, help="Units.")
+    cell_type: str = field("lstm", help="Cell.", choices=("lstm", "gru"))
+    dropout: float = field(0.1, help="Dropout.")
+
+
+@dataclasses.dataclass
+class ToyConfig(RecipeConfig):
+    data: ToyData = section(ToyData)
+    model: ToyModel = section(ToyModel)
+    train: TrainConfig = section(TrainConfig, epochs=3)
+
+
+def test_defaults_and_section_overrides():
+    config = ToyConfig()
+    assert config.train.epochs == 3
+    assert config.train.batch_size == TrainConfig().batch_size
+    assert config.get("model.units") == 64
+    assert "evaluation.folds" in config.flat()
+
+
+def test_toml_round_trip(tmp_path):
+    config = ToyConfig().with_values(
+        {"data.label": 'a "quoted" name', "data.sizes": (3,), "model.dropout": 0.25}
+    )
+    path = tmp_path / "c.toml"
+    path.write_text(config_lib.to_toml(config, "header line"))
+    assert config_lib.load_toml(ToyConfig, path) == config
+    # None cannot be written in TOML: the optional field is left out and reads back.
+    assert config_lib.load_toml(ToyConfig, path).data.path is None
+
+
+def test_precedence_default_file_command_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[model]\nunits = 8\ncell_type = 'gru'\n[train]\nepochs = 5\n")
+    overrides = config_lib.parse_assignments(ToyConfig, ["model.units=16"])
+    config = config_lib.resolve(ToyConfig, path, overrides)
+    assert (config.model.units, config.model.cell_type) == (16, "gru")
+    assert config.train.epochs == 5
+    assert config.model.dropout == 0.1
+
+
+def test_assignments_are_typed():
+    values = config_lib.parse_assignments(
+        ToyConfig,
+        [
+            "data.sizes=4, 5",
+            "data.label=none",
+            "train.shuffle=false",
+            "model.dropout=1e-1",
+            "data.path=prices.csv",
+        ],
+    )
+    assert values == {
+        "data.sizes": (4, 5),
+        "data.label": None,
+        "train.shuffle": False,
+        "model.dropout": 0.1,
+        "data.path": "prices.csv",
+    }
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        (
+            "model.unit=3",
+            "unknown config key 'model.unit' (--set); did you mean 'model.units'?",
+        ),
+        ("units=3", "did you mean 'model.units'?"),
+        ("model.units=many", "model.units: expected int, got 'many'"),
+        ("train.shuffle=maybe", "train.shuffle: expected bool"),
+        ("model.units", "--set expects key=value"),
+    ],
+)
+def test_bad_assignments_name_the_problem(assignment, message):
+    with pytest.raises(ConfigError, match=None) as error:
+        config_lib.parse_assignments(ToyConfig, [assignment])
+    assert message in str(error.value)
+
+
+def test_choices_are_enforced():
+    with pytest.raises(ConfigError, match="'rnn' is not one of lstm, gru"):
+        ToyConfig().with_values({"model.cell_type": "rnn"})
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[model]\nunitz = 3\n", "unknown config key 'model.unitz'"),
+        ("[modle]\nunits = 3\n", "did you mean 'model.units'?"),
+        ("[model]\nunits = '3'\n", "model.units"),
+        ("units = 3\n", "must be a table"),
+        ("[model\n", "is not valid TOML"),
+    ],
+)
+def test_bad_toml_files(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        config_lib.load_toml(ToyConfig, path)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        config_lib.load_toml(ToyConfig, tmp_path / "nope.toml")
+
+
+def test_fields_carry_help_and_types():
+    infos = {info.key: info for info in config_lib.fields_of(ToyConfig)}
+    assert infos["model.units"].help == "Units."
+    assert infos["model.cell_type"].choices == ("lstm", "gru")
+    assert config_lib.type_name(infos["data.label"].type) == "str or none"
+    assert config_lib.type_name(infos["data.sizes"].type) == "list of int"
+    assert all(info.help for info in infos.values())
+
+
+def test_field_rejects_default_outside_choices():
+    with pytest.raises(ValueError, match="not one of choices"):
+        field("rnn", help="x", choices=("lstm",))
+
+
+def test_section_rejects_unknown_defaults():
+    with pytest.raises(ValueError, match="no field"):
+        section(TrainConfig, epoch=3)

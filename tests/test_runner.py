@@ -1,0 +1,205 @@
+"""rnnkit.runner: the run directory, atomic writes, NaN stop, resume, strategies."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rnnkit import runner
+from rnnkit.config import DataConfig, TrainConfig, field, section
+from rnnkit.errors import ConfigError, RnnkitError, TrainingError
+from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+from tests.stock_support import ROOT
+
+
+@dataclasses.dataclass
+class ToyData(DataConfig):
+    poison: bool = field(False, help="Put a NaN in the inputs.")
+
+
+@dataclasses.dataclass
+class ToyConfig(RecipeConfig):
+    data: ToyData = section(ToyData)
+    train: TrainConfig = section(TrainConfig, epochs=4, batch_size=16, patience=0)
+
+
+class ToyRecipe(Recipe):
+    """Next value of a noisy sine from the previous four (a Dense model, fast)."""
+
+    name = "toy"
+    summary = "toy"
+    Config = ToyConfig
+
+    def load_data(self, config):
+        generator = np.random.default_rng(0)
+        steps = np.sin(np.arange(404) / 5.0) + 0.05 * generator.normal(size=404)
+        inputs = np.stack([steps[i : i + 4] for i in range(400)]).astype("float32")
+        targets = steps[4:404, None].astype("float32")
+        if config.data.poison:
+            inputs[3, 0] = np.nan
+        return RecipeData(
+            train=(inputs[:300], targets[:300]),
+            validation=(inputs[300:350], targets[300:350]),
+            test=(inputs[350:], targets[350:]),
+        )
+
+    def build_model(self, config, data):
+        import keras
+
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)]
+        )
+        model.compile(keras.optimizers.Adam(config.train.learning_rate), "mse")
+        return model
+
+    def evaluate(self, model, data, config):
+        inputs, targets = data.test
+        predictions = model.predict(inputs, verbose=0)
+        return {
+            "model": {"mae": float(np.mean(np.abs(predictions - targets)))},
+            "last_value": {"mae": float(np.mean(np.abs(inputs[:, -1:] - targets)))},
+        }
+
+
+class InterruptAt:
+    """Raises KeyboardInterrupt when epoch `epoch` (0-based) begins."""
+
+    def __new__(cls, epoch):
+        import keras
+
+        class Interrupt(keras.callbacks.Callback):
+            def on_epoch_begin(self, index, logs=None):
+                if index == epoch:
+                    raise KeyboardInterrupt
+
+        return Interrupt()
+
+
+def test_run_writes_the_run_directory(tmp_path):
+    result = runner.run(ToyRecipe(), ToyConfig(), tmp_path / "run", verbose=0)
+    run_dir = result.run_dir
+    for name in (
+        "config.toml",
+        "model.keras",
+        "metrics.json",
+        "history.csv",
+        "run.json",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "plots" / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert any((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    assert not (run_dir / "backup").exists()
+    assert not list(run_dir.rglob(".*.tmp-*"))
+    run_info = json.loads((run_dir / "run.json").read_text())
+    assert run_info["recipe"] == "toy" and run_info["status"] == "completed"
+    assert run_info["epochs"] == 4
+    # run.json is the last file written: every other file is older or as old.
+    newest = max(p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file())
+    assert (run_dir / "run.json").stat().st_mtime_ns == newest
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics == result.metrics
+    assert [row["epoch"] for row in runner.read_history(run_dir / "history.csv")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_run_refuses_a_used_directory(tmp_path):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "something").write_text("x")
+    with pytest.raises(RnnkitError, match="not empty.*--resume"):
+        runner.run(ToyRecipe(), ToyConfig(), tmp_path / "used", verbose=0)
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path):
+    config = ToyConfig().with_values({"data.poison": True})
+    with pytest.raises(
+        TrainingError, match="loss became NaN in epoch 1.*learning_rate"
+    ):
+        runner.run(ToyRecipe(), config, tmp_path / "nan", verbose=0)
+    assert not (tmp_path / "nan" / "run.json").exists()
+    assert not (tmp_path / "nan" / "model.keras").exists()
+
+
+def test_resume_continues_an_interrupted_run(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(
+            ToyRecipe(), ToyConfig(), run_dir, verbose=0, callbacks=[InterruptAt(2)]
+        )
+    assert (run_dir / "backup").is_dir()
+    assert not (run_dir / "run.json").exists()
+    assert len(runner.read_history(run_dir / "history.csv")) == 2
+
+    config = runner.prepare_resume(ToyRecipe(), run_dir)
+    assert config == ToyConfig()
+    result = runner.run(ToyRecipe(), config, run_dir, resume=True, verbose=0)
+    assert [row["epoch"] for row in result.history] == [1, 2, 3, 4]
+    run_info = json.loads((run_dir / "run.json").read_text())
+    assert run_info["resumed"] is True and run_info["epochs"] == 4
+    assert not (run_dir / "backup").exists()
+    with pytest.raises(RnnkitError, match="completed run"):
+        runner.prepare_resume(ToyRecipe(), run_dir)
+
+
+def test_atomic_path_leaves_nothing_behind_on_failure(tmp_path):
+    target = tmp_path / "model.keras"
+    with pytest.raises(RuntimeError):
+        with runner.atomic_path(target) as temporary:
+            assert temporary.name.endswith(".keras")
+            temporary.write_text("half")
+            raise RuntimeError("crash while writing")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gpu_without_gpu_is_a_clear_error():
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(
+        ConfigError, match="train.device=gpu, but TensorFlow sees no GPU"
+    ):
+        runner.configure_runtime(TrainConfig(device="gpu"))
+
+
+MIRRORED = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+)
+sys.path.insert(0, sys.argv[2])
+from tests.stock_support import smoke_config
+from rnnkit import runner
+from rnnkit_recipes.stock.recipe import StockRecipe
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+result = runner.run(
+    StockRecipe(), smoke_config(), sys.argv[1], strategy=strategy, verbose=0
+)
+print("METRICS", json.dumps(result.metrics["test"]["model"]))
+"""
+
+
+def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
+    run_dir = tmp_path / "mirrored"
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED, str(run_dir), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    device = json.loads((run_dir / "run.json").read_text())["device"]
+    assert device.startswith("MirroredStrategy") and "CPU:1" in device
+    model = json.loads(result.stdout.split("METRICS", 1)[1])
+    assert np.isfinite(model["mae"])
