@@ -134,3 +134,36 @@ def test_gate_activations_reproduce_one_step(reset_after):
     for name in ("update", "reset"):
         values = keras.ops.convert_to_numpy(gates[name])
         assert values.min() > 0 and values.max() < 1, name
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="cuDNN hand-off is TF-only"
+)
+def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
+    from keras.src import backend as keras_backend
+
+    calls = []
+
+    def fake_gru(sequences, h0, mask, kernel, recurrent_kernel, bias, **kwargs):
+        calls.append((kernel, recurrent_kernel, bias, kwargs))
+        outputs, h, _ = numpy_rnn.gru_forward(
+            np.asarray(sequences, np.float64),
+            *(np.asarray(w, np.float64) for w in (kernel, recurrent_kernel, bias)),
+        )
+        return h.astype("float32"), outputs.astype("float32"), [h.astype("float32")]
+
+    monkeypatch.setattr(keras_backend, "cudnn_ok", lambda *a, **k: True)
+    monkeypatch.setattr(keras_backend, "gru", fake_gru)
+    x = checks.random_inputs(9)
+    layer = GRU(checks.UNITS)
+    expected = keras.ops.convert_to_numpy(layer(x))
+    assert layer.execution_path == "cudnn: fused kernel"
+    kernel, _, bias, kwargs = calls[-1]
+    assert kernel is layer.cell.kernel and bias is layer.cell.bias
+    assert kwargs["reset_after"] is True
+    blocked = GRU(checks.UNITS, reset_after=False)
+    calls.clear()
+    blocked(x)
+    assert not calls and blocked.execution_path == "generic loop: reset_after=False"
+    monkeypatch.undo()
+    checks.assert_close(keras.ops.convert_to_numpy(layer(x)), expected)

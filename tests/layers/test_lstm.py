@@ -141,3 +141,47 @@ def test_get_config_round_trip():
     clone = LSTM.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
     assert clone.units == 5 and clone.dropout == 0.2 and clone.go_backwards
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="cuDNN hand-off is TF-only"
+)
+def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
+    """With a GPU visible (simulated), the fused kernel gets the layer's own weights
+    and its result is returned; a blocking option keeps the generic loop."""
+    from keras.src import backend as keras_backend
+
+    calls = []
+
+    def fake_lstm(sequences, h0, c0, mask, kernel, recurrent_kernel, bias, **kwargs):
+        calls.append((kernel, recurrent_kernel, bias, kwargs))
+        outputs, h, c, _ = numpy_rnn.lstm_forward(
+            np.asarray(sequences, np.float64),
+            *(np.asarray(w, np.float64) for w in (kernel, recurrent_kernel, bias)),
+        )
+        return (
+            h.astype("float32"),
+            outputs.astype("float32"),
+            [h.astype("float32"), c.astype("float32")],
+        )
+
+    monkeypatch.setattr(keras_backend, "cudnn_ok", lambda *a, **k: True)
+    monkeypatch.setattr(keras_backend, "lstm", fake_lstm)
+    x = checks.random_inputs(9)
+    layer = LSTM(checks.UNITS)
+    expected = keras.ops.convert_to_numpy(layer(x))  # traced eagerly: fake kernel ran
+    assert layer.execution_path == "cudnn: fused kernel"
+    kernel, recurrent_kernel, bias, _ = calls[-1]
+    assert kernel is layer.cell.kernel and bias is layer.cell.bias
+    assert recurrent_kernel is layer.cell.recurrent_kernel
+    monkeypatch.undo()
+    generic = keras.ops.convert_to_numpy(layer(x))
+    checks.assert_close(generic, expected, what="cuDNN stand-in vs generic loop")
+
+    monkeypatch.setattr(keras_backend, "cudnn_ok", lambda *a, **k: True)
+    monkeypatch.setattr(keras_backend, "lstm", fake_lstm)
+    blocked = LSTM(checks.UNITS, recurrent_dropout=0.2)
+    calls.clear()
+    blocked(x)
+    assert not calls
+    assert blocked.execution_path == "generic loop: recurrent_dropout=0.2 > 0"
