@@ -1,6 +1,6 @@
 """Sentiment: many-to-one classification of reviews with an rnnkit recurrent classifier.
 
-`rnnkit run sentiment` trains a bidirectional rnnkit LSTM on IMDB movie reviews
+`rnnkit run sentiment` trains a bidirectional rnnkit GRU on IMDB movie reviews
 (tensorflow-datasets, or local files through `data.path`) and reports accuracy,
 precision, recall, F1 and ROC AUC on the test split next to two baselines trained on
 the same training texts: the majority class, and a bag-of-words logistic regression.
@@ -84,14 +84,14 @@ class SentimentDataConfig(DataConfig):
 @dataclasses.dataclass
 class SentimentModelConfig(ModelConfig):
     cell_type: str = field(
-        "lstm", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
+        "gru", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
     )
     units: int = field(64, help="Units per recurrent layer and direction.")
     num_layers: int = field(1, help="Stacked recurrent layers.")
     bidirectional: bool = field(True, help="Read texts in both directions.")
     embedding_dim: int = field(128, help="Size of the learned word vectors.")
     pooling: str = field(
-        "last",
+        "mean",
         help="Summary of the text: the last state, or the mean of the outputs.",
         choices=("last", "mean"),
     )
@@ -111,7 +111,7 @@ class SentimentConfig(RecipeConfig):
     data: SentimentDataConfig = section(SentimentDataConfig, "Reviews and tokens.")
     model: SentimentModelConfig = section(SentimentModelConfig, "The classifier.")
     train: TrainConfig = section(
-        TrainConfig, "The training loop.", epochs=4, batch_size=64, patience=2
+        TrainConfig, "The training loop.", epochs=4, batch_size=64, patience=1
     )
 
 
@@ -120,7 +120,7 @@ class SentimentRecipe(Recipe):
 
     name = "sentiment"
     summary = (
-        "Review sentiment (IMDB): bidirectional rnnkit LSTM vs majority and "
+        "Review sentiment (IMDB): bidirectional rnnkit GRU vs majority and "
         "bag-of-words baselines"
     )
     Config = SentimentConfig

@@ -239,12 +239,12 @@ def map_labels(
         names = _infer_class_order(distinct)
         position = {name: index for index, name in enumerate(names)}
         indices = np.array([position[key] for key in keys], dtype="int64")
-    first_key = dict(zip(indices.tolist(), keys, strict=True))
+    key_of = dict(zip(indices.tolist(), keys, strict=True))
     description = "labels " + ", ".join(
-        f"{first_key[index]!r} -> {index}"
-        + (f" ({name})" if name != first_key[index] else "")
+        f"{key_of[index]!r} -> {index}"
+        + (f" ({name})" if name != key_of[index] else "")
         for index, name in enumerate(names)
-        if index in first_key
+        if index in key_of
     )
     return indices, names, description
 
@@ -341,7 +341,7 @@ def load_text_classification(
             "a classifier needs examples of at least two classes"
         )
     if test_part is None:
-        train_index, test_index = stratified_split(
+        test_index, train_index = stratified_split(
             train.split.labels, [test_fraction], seed
         )
         test = _subset(train.split, test_index)
@@ -356,8 +356,8 @@ def load_text_classification(
         )
         test = _subset(test, stratified_sample(test.labels, limit, seed))
         notes.append(f"data.limit: at most {limit} examples per split")
-    fit_index, validation_index = stratified_split(
-        train_split.labels, [1 - validation_fraction], seed
+    validation_index, fit_index = stratified_split(
+        train_split.labels, [validation_fraction], seed
     )
     notes.append(
         f"validation split: {validation_fraction:.0%} of the training data "

@@ -1,0 +1,231 @@
+"""rnnkit.data.text: readers, cleanup, label mapping and splits, on real reviews."""
+
+from __future__ import annotations
+
+import gzip
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from rnnkit.data import text
+from rnnkit.errors import DataError
+from tests.sentiment_support import imdb_sample, write_aclimdb_folder, write_imdb_csv
+
+
+def test_clean_text_removes_html_remnants():
+    raw = "Great film.<br /><br />Loved it &amp; the <i>score</i>!\n  Ten/10"
+    assert text.clean_text(raw) == "Great film. Loved it & the score ! Ten/10"
+
+
+def test_read_gzipped_csv_with_configurable_columns(tmp_path):
+    path = write_imdb_csv(tmp_path / "reviews.csv.gz", "train", 5)
+    texts, labels = text.read_table(path, text_column="text", label_column="rating")
+    sample = imdb_sample("train", 5)
+    assert texts == sample["text"].tolist()
+    assert labels == sample["rating"].astype(str).tolist()
+
+
+def test_read_tsv_keeps_quote_characters(tmp_path):
+    # GLUE's SST-2 has unbalanced quotes; a TSV is read without quote handling.
+    path = tmp_path / "sst.tsv.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write('sentence\tlabel\n" a gripping , funny film\t1\nnot "good\t0\n')
+    texts, labels = text.read_table(path, text_column="sentence")
+    assert texts == ['" a gripping , funny film', 'not "good']
+    assert labels == ["1", "0"]
+
+
+def test_missing_column_names_the_columns_and_the_nearest(tmp_path):
+    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 2)
+    with pytest.raises(DataError, match=r"no text column 'txt' \(did you mean 'text'"):
+        text.read_table(path, text_column="txt")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "latin1.csv",
+            "text,label\ncaf\xe9 ok,1\n".encode("latin-1"),
+            "not valid utf-8",
+        ),
+        ("empty.csv", b"", "the file is empty"),
+        ("broken.csv.gz", b"not gzip at all", "cannot read the file"),
+        ("reviews.json", b"{}", "cannot tell the table format"),
+    ],
+)
+def test_bad_files_raise_one_line_data_errors(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as caught:
+        text.read_table(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_other_encodings_are_read_when_declared(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("text,label\ncaf\xe9 ok,1\n".encode("latin-1"))
+    assert text.read_table(path, encoding="latin-1") == (["caf\xe9 ok"], ["1"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "class_names", "indices", "names"),
+    [
+        ([1, 0, 1], (), [1, 0, 1], ("0", "1")),
+        (["1.0", "0.0", "1"], (), [1, 0, 1], ("0", "1")),
+        (["pos", "neg", "pos"], (), [1, 0, 1], ("neg", "pos")),
+        (["Positive", "negative"], (), [1, 0], ("negative", "Positive")),
+        (["b", "c", "a"], (), [1, 2, 0], ("a", "b", "c")),
+        ([0, 1, 1], ("bad", "good"), [0, 1, 1], ("bad", "good")),
+        (["GOOD", "bad"], ("bad", "good"), [1, 0], ("bad", "good")),
+        ([3, 1, 2], (), [2, 0, 1], ("1", "2", "3")),
+    ],
+)
+def test_label_mapping(raw, class_names, indices, names):
+    mapped, mapped_names, description = text.map_labels(raw, class_names)
+    assert mapped.tolist() == indices
+    assert mapped_names == names
+    assert "->" in description
+
+
+def test_unknown_and_empty_labels_are_errors():
+    with pytest.raises(DataError, match=r"unknown label\(s\) 'meh'"):
+        text.map_labels(["good", "meh"], ("bad", "good"))
+    with pytest.raises(DataError, match="1 empty label"):
+        text.map_labels(["1", float("nan"), "0"])
+
+
+def test_stratified_split_is_reproducible_disjoint_and_balanced():
+    labels = np.array([0] * 60 + [1] * 40)
+    first = text.stratified_split(labels, [0.2, 0.1], seed=3)
+    again = text.stratified_split(labels, [0.2, 0.1], seed=3)
+    other = text.stratified_split(labels, [0.2, 0.1], seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not np.array_equal(first[0], other[0])
+    assert sorted(np.concatenate(first).tolist()) == list(range(100))
+    assert [np.bincount(labels[part]).tolist() for part in first] == [
+        [12, 8],
+        [6, 4],
+        [42, 28],
+    ]
+
+
+def test_load_file_with_test_file(tmp_path):
+    train = write_imdb_csv(tmp_path / "train.csv.gz", "train", 50)
+    test = write_imdb_csv(tmp_path / "test.csv.gz", "test", 20)
+    data = text.load_text_classification(train, test, validation_fraction=0.2, seed=1)
+    assert (len(data.train), len(data.validation), len(data.test)) == (80, 20, 40)
+    assert data.class_names == ("0", "1")
+    assert np.bincount(data.validation.labels).tolist() == [10, 10]
+    assert "<br" not in " ".join(data.train.texts)
+    assert data.test.texts[0] == text.clean_text(imdb_sample("test", 20)["text"][0])
+    assert data.test.labels.tolist() == [1] * 20 + [0] * 20
+
+
+def test_single_file_is_split_reproducibly(tmp_path):
+    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 50)
+    first = text.load_text_classification(path, test_fraction=0.2, seed=5)
+    again = text.load_text_classification(path, test_fraction=0.2, seed=5)
+    assert (len(first.train), len(first.validation), len(first.test)) == (72, 8, 20)
+    assert list(first.test.texts) == list(again.test.texts)
+    assert not set(first.test.texts) & set(first.train.texts)
+    assert any("test split: 20%" in note for note in first.notes)
+
+
+def test_limit_keeps_a_stratified_sample_per_split(tmp_path):
+    train = write_imdb_csv(tmp_path / "train.csv", "train", 50)
+    test = write_imdb_csv(tmp_path / "test.csv", "test", 50)
+    data = text.load_text_classification(train, test, limit=40, seed=0)
+    assert len(data.train) + len(data.validation) == 40
+    assert np.bincount(data.test.labels).tolist() == [20, 20]
+
+
+def test_empty_texts_are_dropped_and_reported(tmp_path):
+    path = tmp_path / "reviews.csv"
+    rows = ["good film,1", "<br /><br />,0", '"  ",1', "bad film,0"]
+    path.write_text("\n".join(["text,label", *rows * 5]) + "\n", encoding="utf-8")
+    data = text.load_text_classification(path, test_fraction=0.2)
+    assert len(data.train) + len(data.validation) + len(data.test) == 10
+    assert any("dropped 10 empty training text(s) of 20" in n for n in data.notes)
+
+
+def test_single_class_is_an_error(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("text,label\n" + "fine film,positive\n" * 20, encoding="utf-8")
+    with pytest.raises(DataError, match="single class \\('positive'\\)"):
+        text.load_text_classification(path)
+
+
+def test_aclimdb_folder(tmp_path):
+    folder = write_aclimdb_folder(tmp_path / "aclImdb", per_class=10)
+    data = text.load_text_classification(folder, validation_fraction=0.2)
+    assert data.class_names == ("neg", "pos")
+    assert (len(data.train), len(data.validation), len(data.test)) == (16, 4, 20)
+    expected = imdb_sample("test", 10)
+    # Files are read class by class (neg, pos), each in the order of its numeric id.
+    assert list(data.test.texts[10:]) == [
+        text.clean_text(review) for review in expected["text"][:10]
+    ]
+    assert data.test.labels.tolist() == [0] * 10 + [1] * 10
+
+
+def test_aclimdb_folder_without_test_split_and_bad_layouts(tmp_path):
+    folder = write_aclimdb_folder(tmp_path / "aclImdb", per_class=10)
+    for review in (folder / "test").rglob("*.txt"):
+        review.unlink()
+    with pytest.raises(DataError, match="no .txt files"):
+        text.load_text_classification(folder)
+    with pytest.raises(DataError, match="not a file and not an aclImdb folder"):
+        text.load_text_classification(tmp_path)
+    bad = folder / "train" / "pos" / "99_9.txt"
+    bad.write_bytes(b"caf\xe9")
+    with pytest.raises(DataError, match="99_9.txt: not valid utf-8"):
+        text.read_aclimdb(folder, "train")
+
+
+def _fake_tfds(monkeypatch, load):
+    module = types.ModuleType("tensorflow_datasets")
+    module.load = load
+    module.as_numpy = lambda arrays: arrays
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
+
+
+def test_tfds_source_through_a_local_stand_in(monkeypatch):
+    reviews = imdb_sample("train", 6)
+    arrays = (
+        np.array([review.encode("utf-8") for review in reviews["text"]]),
+        reviews["label"].to_numpy(),
+    )
+    calls = []
+
+    def load(name, **options):
+        calls.append((name, options))
+        return arrays, arrays
+
+    _fake_tfds(monkeypatch, load)
+    data = text.load_text_classification(validation_fraction=0.5)
+    assert calls[0][0] == "imdb_reviews"
+    assert calls[0][1]["split"] == ["train", "test"]
+    assert data.class_names == ("negative", "positive")
+    assert data.source == "imdb_reviews (tensorflow-datasets)"
+    assert len(data.train) + len(data.validation) == len(data.test) == 12
+
+
+def test_tfds_offline_error_says_how_to_use_local_files(monkeypatch):
+    def load(name, **options):
+        raise ConnectionError("Failed to resolve 'storage.googleapis.com'")
+
+    _fake_tfds(monkeypatch, load)
+    with pytest.raises(DataError) as caught:
+        text.load_text_classification()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "Failed to resolve" in message
+    assert "--set data.path=../shared/data/sentiment/imdb_train.csv.gz" in message
+
+
+def test_test_path_needs_a_table(tmp_path):
+    with pytest.raises(DataError, match="data.test_path needs data.path"):
+        text.load_text_classification(None, tmp_path / "test.csv")

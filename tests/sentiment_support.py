@@ -1,0 +1,49 @@
+"""Shared helpers for the text-data, classifier and sentiment-recipe tests: small
+samples of real IMDB reviews from ../shared/data, read without loading whole files."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTIMENT_DATA = ROOT.parent / "shared" / "data" / "sentiment"
+SMOKE_CONFIG = ROOT / "recipes" / "sentiment" / "configs" / "smoke.toml"
+# The IMDB files hold 12,500 positive reviews first, then 12,500 negative ones.
+_CLASS_SIZE = 12500
+
+
+@functools.lru_cache(maxsize=4)
+def imdb_sample(split: str, per_class: int) -> pd.DataFrame:
+    """The first `per_class` positive and negative reviews of the IMDB `split`
+    (columns id, rating, label, text), positives first."""
+    path = SENTIMENT_DATA / f"imdb_{split}.csv.gz"
+    if not path.is_file():
+        pytest.skip(f"shared data file {path} is not available")
+    positive = pd.read_csv(path, nrows=per_class)
+    negative = pd.read_csv(path, skiprows=range(1, _CLASS_SIZE + 1), nrows=per_class)
+    return pd.concat([positive, negative], ignore_index=True)
+
+
+def write_imdb_csv(path: Path, split: str, per_class: int) -> Path:
+    """Writes `imdb_sample(split, per_class)` as CSV (gzipped if `path` ends in .gz)."""
+    imdb_sample(split, per_class).to_csv(path, index=False)
+    return path
+
+
+def write_aclimdb_folder(root: Path, per_class: int) -> Path:
+    """A tiny aclImdb folder of real reviews: {train,test}/{pos,neg}/<id>_<rating>.txt
+    and an unlabelled train/unsup folder, which loaders must skip."""
+    for split in ("train", "test"):
+        for row in imdb_sample(split, per_class).itertuples():
+            folder_name, number = row.id.split("/")
+            folder = root / split / folder_name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{number}_{row.rating}.txt").write_text(row.text, "utf-8")
+    unsup = root / "train" / "unsup"
+    unsup.mkdir()
+    (unsup / "0_0.txt").write_text("An unlabelled review.", "utf-8")
+    return root
