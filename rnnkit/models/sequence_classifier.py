@@ -84,8 +84,9 @@ class TruncateSequence(keras.layers.Layer):
 
     Rows longer than `max_length` keep their first (or last) `max_length` tokens; the
     output is as wide as the longest kept row, so a batch of short texts stays short.
-    One zero (padding) column is always appended first, so a batch whose texts have
-    no known token still has one (masked) time step.
+    A row with no token at all (a text of punctuation only, say) becomes one
+    out-of-vocabulary token (id 1, as `TextVectorization` numbers it): a row that is
+    all padding would be fully masked, and has neither a last state nor a mean.
 
     Args:
         max_length: the most time steps a row keeps.
@@ -118,14 +119,22 @@ class TruncateSequence(keras.layers.Layer):
         self.keep = keep
 
     def call(self, token_ids):
+        # One padding column more, so that even a batch of empty texts has a step.
         token_ids = ops.pad(token_ids, [[0, 0], [0, 1]])  # (batch, time + 1)
+        lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)
         width = ops.minimum(ops.shape(token_ids)[1], self.max_length)
         if self.keep == "first":
-            return token_ids[:, :width]  # (batch, width)
-        lengths = ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=1)
-        starts = ops.maximum(lengths - width, 0)  # (batch,)
-        positions = starts[:, None] + ops.arange(width)[None, :]  # (batch, width)
-        return ops.take_along_axis(token_ids, positions, axis=1)  # (batch, width)
+            token_ids = token_ids[:, :width]  # (batch, width)
+        else:
+            starts = ops.maximum(lengths - width, 0)  # (batch,)
+            positions = starts[:, None] + ops.arange(width)[None, :]  # (batch, width)
+            token_ids = ops.take_along_axis(token_ids, positions, axis=1)
+        is_first_step = ops.equal(ops.arange(width), 0)[None, :]  # (1, width)
+        is_empty_row = ops.equal(lengths, 0)[:, None]  # (batch, 1)
+        unknown = ops.ones_like(token_ids)  # the out-of-vocabulary id
+        return ops.where(
+            ops.logical_and(is_first_step, is_empty_row), unknown, token_ids
+        )  # (batch, width)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], None)
