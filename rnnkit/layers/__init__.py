@@ -4,6 +4,10 @@ Every layer is weight-compatible with the Keras built-in of the same name and is
 registered for `.keras` serialization under the package name "rnnkit".
 """
 
+from rnnkit.layers.bahdanau_attention import BahdanauAttention
+from rnnkit.layers.dot_product_attention import DotProductAttention
 from rnnkit.layers.gru import GRU, GRUCell
 from rnnkit.layers.lstm import LSTM, LSTMCell
+from rnnkit.layers.multi_head_attention import MultiHeadAttention
+from rnnkit.layers.positional_encoding import PositionalEncoding
 from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell
