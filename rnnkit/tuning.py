@@ -21,6 +21,7 @@ import dataclasses
 import io
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,7 @@ def _make_hypermodel(recipe: Recipe, config: RecipeConfig, verbose: int | str) -
                 data_for(trial_config),
                 trial_config,
                 [*(callbacks or []), *runner.tuning_callbacks(trial_config)],
-                verbose=verbose,
-                **kwargs,
+                **{"verbose": verbose, **kwargs},
             )
             losses = history.history.get("loss", [])
             if any(not math.isfinite(loss) for loss in losses):
@@ -183,7 +183,7 @@ def tune(
     ]
     if not completed:
         failed = [t for t in trials if t.message]
-        reason = failed[-1].message.strip().splitlines()[-1] if failed else "none ran"
+        reason = _error_line(failed[-1].message) if failed else "none ran"
         raise TrainingError(
             f"no tuning trial completed ({len(trials)} tried in {directory}); "
             f"last failure: {reason}"
@@ -213,6 +213,13 @@ def tune(
         best_score=score,
         completed=len(completed),
     )
+
+
+def _error_line(traceback_text: str) -> str:
+    """The "SomeError: message" line of a trial's traceback (else its last line)."""
+    lines = [line.strip() for line in traceback_text.strip().splitlines()]
+    errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+    return (errors or lines or ["unknown error"])[-1]
 
 
 def _trials_csv(trials: list[Any], recipe: Recipe) -> str:

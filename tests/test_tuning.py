@@ -1,0 +1,104 @@
+"""rnnkit.tuning and `rnnkit tune`: Keras Tuner over a recipe's search space."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from click.testing import CliRunner
+from rnnkit_recipes.stock.recipe import StockConfig, StockRecipe
+
+from rnnkit import config as config_lib
+from rnnkit import tuning
+from rnnkit.cli import main
+from rnnkit.errors import TrainingError
+from tests.stock_support import SMOKE_CONFIG, smoke_config
+
+
+def test_two_trials_on_real_data_write_best_config_and_trials(tmp_path):
+    tune_dir = tmp_path / "tuning"
+    result = CliRunner().invoke(
+        main,
+        [
+            "tune",
+            "stock",
+            "--tuner",
+            "random",
+            "--max-trials",
+            "2",
+            "--config",
+            str(SMOKE_CONFIG),
+            "--epochs",
+            "1",
+            "--tune-dir",
+            str(tune_dir),
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 trial(s) completed" in result.output
+
+    with (tune_dir / "trials.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2
+    assert {row["status"] for row in rows} == {"COMPLETED"}
+    assert all(float(row["val_loss"]) > 0 for row in rows)
+    assert {
+        "cell_type",
+        "units",
+        "layers",
+        "window",
+        "dropout",
+        "learning_rate",
+    } <= set(rows[0])
+
+    # best.toml is a complete config that `rnnkit run stock --config` accepts, and it
+    # holds the best trial's values on top of the fixed ones.
+    best = config_lib.load_toml(StockConfig, tune_dir / "best.toml")
+    best_row = min(rows, key=lambda row: float(row["val_loss"]))
+    assert best.model.units == int(best_row["units"])
+    assert best.data.window == int(best_row["window"])
+    assert best.data.start == "2014-11-01" and best.train.epochs == 1
+
+    # Running the same search again resumes it: nothing new is trained.
+    again = tuning.tune(
+        StockRecipe(),
+        smoke_config({"train.epochs": 1}),
+        max_trials=2,
+        directory=tune_dir,
+        verbose=0,
+    )
+    assert again.completed == 2
+    assert again.best_config == best
+
+
+@pytest.mark.parametrize("tuner", ["hyperband", "bayesian"])
+def test_other_tuners_run(tmp_path, tuner):
+    result = tuning.tune(
+        StockRecipe(),
+        smoke_config({"train.epochs": 2, "model.units": 4}),
+        tuner=tuner,
+        max_trials=1,
+        directory=tmp_path,
+        verbose=0,
+    )
+    assert result.completed == 1
+    assert result.best_config_path.is_file()
+
+
+class BrokenRecipe(StockRecipe):
+    """Its training split has one target fewer than inputs, so every fit fails."""
+
+    def load_data(self, config):
+        data = super().load_data(config)
+        inputs, targets = data.train
+        data.train = (inputs, targets[:-1])
+        return data
+
+
+def test_no_completed_trial_fails_loudly(tmp_path):
+    with pytest.raises(TrainingError, match="no tuning trial completed.*cardinality"):
+        tuning.tune(
+            BrokenRecipe(), smoke_config(), max_trials=2, directory=tmp_path, verbose=0
+        )
+    assert not (tmp_path / "best.toml").exists()
