@@ -1,0 +1,225 @@
+"""Helpers shared by the attention layer tests: numpy references, gradients, reloads.
+
+Everything runs on the active Keras backend (TensorFlow or JAX). Layer gradients
+come from `tf.GradientTape` or `jax.grad` on the layer's stateless call; the
+reference gradients are central finite differences of the float64 numpy equations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+
+from tests.layers.recurrent_checks import assert_close
+
+BATCH, QUERY_STEPS, VALUE_STEPS = 2, 3, 5
+GRADIENT_TOLERANCE = 1e-4
+
+
+def random_array(shape, seed, scale=1.0):
+    return (scale * np.random.RandomState(seed).randn(*shape)).astype("float32")
+
+
+def padding_mask(batch=BATCH, steps=VALUE_STEPS):
+    """(batch, steps) booleans, right-padded: row b keeps steps - 2 * b positions."""
+    lengths = np.maximum(steps - 2 * np.arange(batch), 1)
+    return np.arange(steps)[None, :] < lengths[:, None]
+
+
+def numpy_masked_softmax(scores, mask=None):
+    """Softmax over the allowed positions only; zero elsewhere and on empty rows."""
+    allowed = (
+        np.ones(scores.shape, bool)
+        if mask is None
+        else np.broadcast_to(mask, scores.shape)
+    )
+    shifted = np.where(allowed, scores, -np.inf)
+    row_max = np.max(shifted, axis=-1, keepdims=True)
+    exp = np.where(
+        allowed, np.exp(scores - np.where(np.isfinite(row_max), row_max, 0)), 0
+    )
+    total = np.sum(exp, axis=-1, keepdims=True)
+    return np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
+
+
+def numpy_attention_mask(
+    query_length,
+    value_length,
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+):
+    """The (batch or 1, Tq, Tv) boolean mask the equations use, built with loops."""
+    mask = np.ones((1, query_length, value_length), bool)
+    if query_mask is not None:
+        mask = mask & np.asarray(query_mask, bool)[:, :, None]
+    for padding in (value_mask, key_mask):
+        if padding is not None:
+            mask = mask & np.asarray(padding, bool)[:, None, :]
+    if attention_mask is not None:
+        mask = mask & np.asarray(attention_mask, bool)
+    if use_causal_mask:
+        causal = np.zeros((1, query_length, value_length), bool)
+        for i in range(query_length):
+            causal[0, i, : i + 1] = True
+        mask = mask & causal
+    return mask
+
+
+def numerical_gradients(function, arrays, cotangent, step=1e-6):
+    """Central differences of sum(function(*arrays) * cotangent), in float64."""
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    cotangent = np.asarray(cotangent, np.float64)
+    gradients = []
+    for array in arrays:
+        gradient = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            original = array[index]
+            array[index] = original + step
+            plus = np.sum(function(*arrays) * cotangent)
+            array[index] = original - step
+            minus = np.sum(function(*arrays) * cotangent)
+            array[index] = original
+            gradient[index] = (plus - minus) / (2 * step)
+        gradients.append(gradient)
+    return gradients
+
+
+def outputs_and_gradients(layer, inputs, cotangent=None, **call_kwargs):
+    """Output of `layer(**inputs, **call_kwargs)` and the gradients of
+    sum(output * cotangent) w.r.t. the trainable weights and each of `inputs`.
+
+    `inputs` maps call argument names (query, value, key, ...) to float arrays;
+    `call_kwargs` (masks, flags) are not differentiated. Only the first output is
+    used when the layer returns (output, scores).
+    """
+    inputs = {name: np.asarray(a, "float32") for name, a in inputs.items()}
+    if not layer.built:
+        layer(**inputs, **call_kwargs)
+    if cotangent is None:
+        output = _first(layer(**inputs, **call_kwargs))
+        cotangent = random_array(np.shape(output), seed=42)
+    names = list(inputs)
+    if keras.backend.backend() == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        def loss(trainable_values, input_values):
+            output, _ = layer.stateless_call(
+                trainable_values, non_trainable, **input_values, **call_kwargs
+            )
+            output = _first(output)
+            return jnp.sum(output * cotangent), output
+
+        (_, output), (weight_grads, input_grads) = jax.value_and_grad(
+            loss, argnums=(0, 1), has_aux=True
+        )(
+            [v.value for v in layer.trainable_variables],
+            {name: jnp.asarray(a) for name, a in inputs.items()},
+        )
+        input_grads = [input_grads[name] for name in names]
+    else:
+        import tensorflow as tf
+
+        tensors = {name: tf.convert_to_tensor(a) for name, a in inputs.items()}
+        with tf.GradientTape() as tape:
+            tape.watch(list(tensors.values()))
+            output = _first(layer(**tensors, **call_kwargs))
+            loss = tf.reduce_sum(output * cotangent)
+        gradients = tape.gradient(loss, [*layer.trainable_variables, *tensors.values()])
+        weight_grads = gradients[: len(layer.trainable_variables)]
+        input_grads = gradients[len(layer.trainable_variables) :]
+    to_numpy = keras.ops.convert_to_numpy
+    return (
+        to_numpy(output),
+        [to_numpy(g) for g in weight_grads],
+        dict(zip(names, [to_numpy(g) for g in input_grads], strict=True)),
+        cotangent,
+    )
+
+
+def _first(outputs):
+    return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+
+
+def check_gradients_match_numpy(layer, inputs, numpy_forward, **call_kwargs):
+    """Layer gradients (weights, then inputs) equal finite differences of
+    `numpy_forward(*weights, *inputs.values())`, and so does the output."""
+    output, weight_grads, input_grads, cotangent = outputs_and_gradients(
+        layer, inputs, **call_kwargs
+    )
+    weights = [np.asarray(w, np.float64) for w in layer.get_weights()]
+    arrays = [*weights, *inputs.values()]
+    assert_close(output, numpy_forward(*arrays), what="output")
+    expected = numerical_gradients(numpy_forward, arrays, cotangent)
+    names = [v.path for v in layer.trainable_variables] + list(inputs)
+    actual = [*weight_grads, *input_grads.values()]
+    for name, got, want in zip(names, actual, expected, strict=True):
+        assert_close(got, want, GRADIENT_TOLERANCE, what=f"d loss / d {name}")
+
+
+def check_padded_positions_do_not_move(layer, query, value, **call_kwargs):
+    """Changing the padded value and key positions changes nothing, and padded keys
+    get exactly zero weight."""
+    mask = padding_mask(len(value), value.shape[1])
+    to_numpy = keras.ops.convert_to_numpy
+    output, weights = layer(
+        query, value, value_mask=mask, return_attention_scores=True, **call_kwargs
+    )
+    garbage = random_array(value.shape, seed=99, scale=100.0)
+    changed = np.where(mask[:, :, None], value, garbage)
+    output_changed, weights_changed = layer(
+        query, changed, value_mask=mask, return_attention_scores=True, **call_kwargs
+    )
+    assert_close(to_numpy(output_changed), to_numpy(output), 1e-6, what="output")
+    assert_close(to_numpy(weights_changed), to_numpy(weights), 1e-6, what="weights")
+    weights = to_numpy(weights)
+    # (batch, [heads,] [Tq,] Tv): broadcast the key mask over the middle axes.
+    key_mask = mask.reshape((len(mask),) + (1,) * (weights.ndim - 2) + (-1,))
+    assert np.all(np.where(key_mask, 0.0, weights) == 0.0), "padded keys got weight"
+
+
+def check_save_and_reload(model, inputs, tmp_path):
+    """A model saved to .keras reloads in a fresh process that imports only rnnkit
+    (and keras) and gives the same outputs."""
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    arrays = {name: (a.tolist(), str(a.dtype)) for name, a in inputs.items()}
+    script = (
+        "import json, numpy as np, keras, rnnkit.layers\n"
+        f"model = keras.saving.load_model({str(path)!r})\n"
+        f"inputs = {{k: np.array(v, d) for k, (v, d) in {arrays!r}.items()}}\n"
+        "print(json.dumps(keras.ops.convert_to_numpy(model(inputs)).tolist()))\n"
+        "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
+        "model._flatten_layers()})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert_close(np.array(json.loads(lines[-2])), expected, what="reloaded model")
+    assert "rnnkit" in json.loads(lines[-1])
+
+
+def check_training_step_reduces_loss(model, inputs, targets):
+    """One SGD step on a batch lowers the loss on that batch."""
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    before = model.evaluate(inputs, targets, verbose=0)
+    model.train_on_batch(inputs, targets)
+    after = model.evaluate(inputs, targets, verbose=0)
+    assert after < before, (before, after)
+
+
+def check_config_round_trip(layer):
+    config = layer.get_config()
+    assert type(layer).from_config(config).get_config() == config
