@@ -23,3 +23,77 @@ def test_readme_python_example_runs(source, tmp_path):
         env={**os.environ, "MPLBACKEND": "Agg"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# -- Shell commands -------------------------------------------------------------------
+# Every ```bash block after the opening one (which CI runs verbatim, see test_ci.py)
+# runs in order, in one scratch folder where `recipes/` is the repository's, as a new
+# user would type it. `rnnkit` commands run in this process through click's CliRunner
+# (one TensorFlow start-up instead of one per command); `python -c` in a subprocess.
+
+ROOT = README.parent
+SHELL_BLOCKS = re.findall(r"```bash\n(.*?)```", README.read_text("utf-8"), re.S)[1:]
+
+
+def shell_commands(block: str) -> list[str]:
+    joined = block.replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("readme")
+    (folder / "recipes").symlink_to(ROOT / "recipes", target_is_directory=True)
+    return folder
+
+
+def prepare(command: str, workdir: Path) -> None:
+    """Creates what a command expects the user to have (their files, a broken run)."""
+    from tests.stock_support import SP500_FILE, write_sp500_slice
+
+    if "all_stocks_5yr.csv" in command:
+        if not SP500_FILE.is_file():
+            pytest.skip(f"{SP500_FILE} is not available")
+        write_sp500_slice(workdir / "all_stocks_5yr.csv")
+    resume = re.search(r"--resume (\S+)", command)
+    if resume and not (workdir / resume.group(1)).exists():
+        from rnnkit_recipes.stock.recipe import StockRecipe
+
+        from rnnkit import runner
+        from tests.stock_support import smoke_config
+        from tests.test_runner import InterruptAt
+
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(
+                StockRecipe(),
+                smoke_config(),
+                workdir / resume.group(1),
+                verbose=0,
+                callbacks=[InterruptAt(1)],
+            )
+
+
+@pytest.mark.parametrize(
+    "block", SHELL_BLOCKS, ids=lambda block: shell_commands(block)[0][:50]
+)
+def test_readme_shell_commands_run(block, workdir, monkeypatch):
+    import shlex
+
+    from click.testing import CliRunner
+
+    from rnnkit.cli import main
+
+    monkeypatch.chdir(workdir)
+    for command in shell_commands(block):
+        prepare(command, workdir)
+        words = shlex.split(command)
+        if words[0] == "rnnkit":
+            result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
+            assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
+        elif words[0] == "python":
+            completed = subprocess.run(
+                [sys.executable, *words[1:]], capture_output=True, text=True
+            )
+            assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
+        else:
+            pytest.fail(f"README command this test cannot run: {command}")

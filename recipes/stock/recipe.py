@@ -54,7 +54,7 @@ class StockDataConfig(DataConfig):
 class StockModelConfig(ModelConfig):
     cell_type: str = field("lstm", help="Recurrent layer.", choices=("lstm", "gru"))
     units: int = field(32, help="Units per recurrent layer.")
-    layers: int = field(1, help="Stacked recurrent layers.")
+    layers: int = field(2, help="Stacked recurrent layers.")
     dropout: float = field(0.0, help="Dropout before the output layer.")
 
 
