@@ -5,3 +5,4 @@ that `keras.saving.load_model` can rebuild a saved model in safe mode.
 """
 
 from rnnkit.models import sequence_classifier
+from rnnkit.models import encoder_decoder

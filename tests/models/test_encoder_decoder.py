@@ -1,0 +1,151 @@
+"""Tests for rnnkit.models.EncoderDecoder."""
+
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.models.encoder_decoder import EncoderDecoder
+
+SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 0, 0, 0]])
+TARGET_IN = np.array([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
+
+
+def tiny_model(seed=1, **kwargs):
+    keras.utils.set_random_seed(seed)
+    arguments = dict(embedding_dim=6, units=8)
+    model = EncoderDecoder(20, 12, **{**arguments, **kwargs})
+    model.build()
+    return model
+
+
+def logits_of(model, source=SOURCE, target_in=TARGET_IN):
+    return keras.ops.convert_to_numpy(model({"source": source, "target_in": target_in}))
+
+
+def stepwise_logits(model, source=SOURCE, target_in=TARGET_IN):
+    """The decoder run one `decode_step` at a time, as the searches run it."""
+    memory = model.encode(source)
+    state = model.initial_decoder_state(memory)
+    steps = []
+    for t in range(target_in.shape[1]):
+        logits, state, _ = model.decode_step(target_in[:, t], state, memory)
+        steps.append(keras.ops.convert_to_numpy(logits))
+    return np.stack(steps, axis=1)
+
+
+CONFIGURATIONS = [
+    dict(attention="bahdanau"),
+    dict(attention="bahdanau", input_feeding=False),
+    dict(attention="dot", cell_type="lstm"),
+    dict(attention="multihead", num_heads=2, decoder_layers=2),
+    dict(attention="none", bidirectional=False, encoder_layers=2),
+    dict(attention="bahdanau", cell_type="lstm", reverse_source=True, dropout=0.2),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGURATIONS, ids=str)
+def test_teacher_forcing_equals_step_by_step_decoding(kwargs):
+    model = tiny_model(**kwargs)
+    logits = logits_of(model)
+    assert logits.shape == (2, 5, 12) and logits.dtype == np.float32
+    np.testing.assert_allclose(stepwise_logits(model), logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", CONFIGURATIONS[:4], ids=str)
+def test_source_padding_is_invisible(kwargs):
+    model = tiny_model(**kwargs)
+    longer = np.pad(SOURCE, ((0, 0), (0, 3)))
+    np.testing.assert_allclose(logits_of(model, longer), logits_of(model), atol=1e-5)
+
+
+def test_attention_weights_are_a_distribution_over_real_tokens():
+    model = tiny_model()
+    memory = model.encode(SOURCE)
+    state = model.initial_decoder_state(memory)
+    _, _, weights = model.decode_step(TARGET_IN[:, 0], state, memory)
+    weights = keras.ops.convert_to_numpy(weights)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+    assert np.all(weights[SOURCE == 0] == 0)
+
+
+def test_reverse_source_reads_the_tokens_backwards():
+    reversed_model = tiny_model(reverse_source=True)
+    plain = tiny_model(seed=2)
+    plain.set_weights(reversed_model.get_weights())
+    backwards = np.array([[8, 7, 6, 5, 0, 0], [11, 10, 9, 0, 0, 0]])
+    np.testing.assert_allclose(
+        logits_of(reversed_model), logits_of(plain, backwards), atol=1e-5
+    )
+    # Its attention weights come back in the order of the source as given.
+    weights = []
+    for model, source in ((reversed_model, SOURCE), (plain, backwards)):
+        memory = model.encode(source)
+        state = model.initial_decoder_state(memory)
+        weights.append(
+            keras.ops.convert_to_numpy(
+                model.decode_step(TARGET_IN[:, 0], state, memory)[2]
+            )
+        )
+    np.testing.assert_allclose(weights[0][0, :4], weights[1][0, 3::-1], atol=1e-6)
+
+
+def test_saved_model_keeps_vocabularies_and_outputs(tmp_path):
+    source_tokens = ["", "[UNK]"] + [f"s{i}" for i in range(18)]
+    target_tokens = ["", "[UNK]", "[START]", "[END]"] + [f"t{i}" for i in range(8)]
+    keras.utils.set_random_seed(4)
+    model = EncoderDecoder(
+        source_tokens, target_tokens, embedding_dim=6, units=8, attention="dot"
+    )
+    model.build()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    script = textwrap.dedent(
+        f"""
+        import keras, numpy as np
+        import rnnkit.models.encoder_decoder  # registers the class
+        model = keras.saving.load_model({str(path)!r}, safe_mode=True)
+        assert model.target_tokens[3] == "[END]" and len(model.source_tokens) == 20
+        logits = model({{"source": np.array({SOURCE.tolist()}),
+                        "target_in": np.array({TARGET_IN.tolist()})}})
+        np.save({str(tmp_path / "logits.npy")!r}, keras.ops.convert_to_numpy(logits))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "logits.npy"), logits_of(model), atol=1e-6
+    )
+
+
+def test_a_few_steps_of_training_reduce_the_loss():
+    model = tiny_model(dropout=0.1)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.02),
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=0
+        ),
+    )
+    target_out = np.array([[4, 5, 6, 7, 3], [8, 9, 3, 0, 0]])
+    inputs = {"source": SOURCE, "target_in": TARGET_IN}
+    history = model.fit(inputs, target_out, epochs=15, verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(units=0), "units"),
+        (dict(cell_type="rnn"), "cell_type"),
+        (dict(attention="luong"), "attention"),
+        (dict(attention="multihead", units=8, num_heads=3), "num_heads"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(source_vocabulary="abc"), "source_vocabulary"),
+    ],
+)
+def test_argument_errors(kwargs, message):
+    arguments = dict(source_vocabulary=20, target_vocabulary=12)
+    with pytest.raises(ValueError, match=message):
+        EncoderDecoder(**{**arguments, **kwargs})
