@@ -10,6 +10,7 @@ anything it cannot repair is a `DataError` whose message names the file and the 
 from __future__ import annotations
 
 import logging
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,12 @@ def read_price_csv(
         raise DataError(f"price file not found: {path}")
     try:
         frame = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError) as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(f"cannot read {path} as CSV: {message}") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{path} is empty") from None
+    # ParserError and UnicodeDecodeError are ValueErrors; a damaged .gz is an OSError.
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(f"cannot read {path} as CSV: {message}") from None
     frame.columns = [_normalise_name(c) for c in frame.columns]
     frame = _select_ticker(frame, path, ticker)
     if use_adjusted and "adj_close" in frame.columns:

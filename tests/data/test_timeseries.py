@@ -88,6 +88,17 @@ def test_binary_file_is_a_data_error(tmp_path):
         read_price_csv(path)
 
 
+@pytest.mark.parametrize(
+    "name, content",
+    [("prices.csv.gz", b"\x1f\x8bnot really gzip"), ("prices.zip", b"PK\x03\x04torn")],
+)
+def test_damaged_compressed_files(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match="cannot read .* as CSV"):
+        read_price_csv(path)
+
+
 def test_missing_file():
     with pytest.raises(DataError, match="price file not found"):
         read_price_csv("/no/such/prices.csv")
