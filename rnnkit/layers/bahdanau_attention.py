@@ -199,9 +199,10 @@ class BahdanauAttention(keras.layers.Layer):
         if projected_key is None:
             projected_key = self.precompute_keys(value if key is None else key)
         projected_query = ops.matmul(query, self.query_kernel)  # (batch, Tq, units)
-        # A tensor, not the variable, goes into `score`: remat only differentiates
-        # its explicit arguments.
-        score_vector = ops.convert_to_tensor(self.score_vector)
+        # A copy, not the variable, goes into the rematerialised `score`: remat
+        # differentiates its explicit arguments and, on TensorFlow, also the
+        # variables read inside, so passing the variable would count it twice.
+        score_vector = ops.copy(self.score_vector)
         if single_step:
             scores = self._step_scores(
                 projected_query[:, 0], projected_key, score_vector
