@@ -1,0 +1,220 @@
+"""The sentiment recipe end to end through the `rnnkit` launcher, on real reviews."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import keras_tuner
+import pytest
+from click.testing import CliRunner
+from rnnkit_recipes.sentiment.recipe import SentimentConfig, SentimentRecipe
+
+from rnnkit import config as config_lib
+from rnnkit.cli import main
+from tests.sentiment_support import (
+    ROOT,
+    SENTIMENT_DATA,
+    SMOKE_CONFIG,
+    write_imdb_csv,
+)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _error_line(output: str) -> str:
+    """The one "Error: ..." line of a failed command (progress lines may precede it)."""
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, output
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    """600 training reviews (300 per class) and 400 test reviews, real IMDB text."""
+    folder = tmp_path_factory.mktemp("reviews")
+    return (
+        write_imdb_csv(folder / "train.csv.gz", "train", 300),
+        write_imdb_csv(folder / "test.csv", "test", 200),
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke_run(reviews, tmp_path_factory):
+    train, test = reviews
+    run_dir = tmp_path_factory.mktemp("runs") / "sentiment"
+    result = invoke(
+        "run", "sentiment", "--config", str(SMOKE_CONFIG),
+        "--set", f"data.path={train}", "--set", f"data.test_path={test}",
+        "--set", "data.limit=0", "--run-dir", str(run_dir),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-3000:]
+    return run_dir, result.output
+
+
+def test_run_writes_the_run_directory_and_beats_the_majority(smoke_run):
+    run_dir, output = smoke_run
+    for name in (
+        "config.toml", "model.keras", "metrics.json", "history.csv", "run.json",
+        "plots/training_curves.png", "plots/confusion_matrix.png",
+    ):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "plots/confusion_matrix.png").read_bytes()[
+        :8
+    ] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert list(table) == ["model", "majority", "bag_of_words"]
+    assert set(table["model"]) == {"accuracy", "precision", "recall", "f1", "roc_auc"}
+    assert table["majority"]["accuracy"] == pytest.approx(0.5)
+    assert table["majority"]["roc_auc"] == pytest.approx(0.5)
+    # 540 training reviews and three epochs: far from the full-data figures, but
+    # clearly better than always answering the majority class.
+    assert table["model"]["accuracy"] > table["majority"]["accuracy"] + 0.05
+    assert table["model"]["roc_auc"] > 0.65
+    assert table["bag_of_words"]["accuracy"] > 0.65
+    assert "bag_of_words" in output
+
+
+def test_predict_after_reloading_prints_label_and_probability(smoke_run, tmp_path):
+    run_dir, _ = smoke_run
+    result = invoke("predict", str(run_dir), "an absolutely wonderful film")
+    assert result.exit_code == 0, result.output
+    label, probability, text = result.output.strip().split(maxsplit=2)
+    assert label in ("negative", "positive")
+    assert 0.5 <= float(probability) <= 1.0
+    assert text == "an absolutely wonderful film"
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("A masterpiece.\n\nDull, boring, a waste of time.\n", "utf-8")
+    result = invoke("predict", str(run_dir), str(texts), "one more")
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 0 and len(lines) == 3
+    assert lines[1].endswith("Dull, boring, a waste of time.")
+
+
+def test_predict_in_a_fresh_process(smoke_run):
+    run_dir, _ = smoke_run
+    result = subprocess.run(
+        [sys.executable, "-c", "from rnnkit.cli import main; main()",
+         "predict", str(run_dir), "<br />the worst film i have ever seen"],
+        capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[0] in ("negative", "positive")
+
+
+def test_evaluate_reproduces_the_metrics(smoke_run):
+    run_dir, _ = smoke_run
+    result = invoke("evaluate", str(run_dir), "--output", str(run_dir / "again.json"))
+    assert result.exit_code == 0, result.output[-2000:]
+    again = json.loads((run_dir / "again.json").read_text())["test"]
+    saved = json.loads((run_dir / "metrics.json").read_text())["test"]
+    for system, values in saved.items():
+        assert again[system] == pytest.approx(values), system
+
+
+def test_predict_without_text_is_a_one_line_error(smoke_run, tmp_path):
+    run_dir, _ = smoke_run
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n", "utf-8")
+    result = invoke("predict", str(run_dir), str(blank))
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: nothing to classify: give a text, or a file with one per line"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"data.path": "no/such/reviews.csv"}, "no/such/reviews.csv: no such file"),
+        ({"data.text_column": "review"}, "no text column 'review'"),
+    ],
+)
+def test_bad_data_is_a_one_line_error(reviews, values, message):
+    train, _ = reviews
+    options = {"data.path": str(train), **values}
+    args = [
+        item for key, value in options.items() for item in ("--set", f"{key}={value}")
+    ]
+    result = invoke("run", "sentiment", "--config", str(SMOKE_CONFIG), *args)
+    assert result.exit_code == 1
+    assert _error_line(result.output).count(message) == 1
+
+
+def test_default_source_offline_says_how_to_use_local_files(monkeypatch, tmp_path):
+    def offline(name, **options):
+        raise ConnectionError("Failed to resolve 'storage.googleapis.com'")
+
+    stand_in = types.ModuleType("tensorflow_datasets")
+    stand_in.load = offline
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", stand_in)
+    result = invoke("run", "sentiment", "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 1
+    error = _error_line(result.output)
+    assert error.startswith("Error: cannot load imdb_reviews")
+    assert "data.path=../shared/data/sentiment/imdb_train.csv.gz" in error
+
+
+def test_string_labels_are_mapped_and_reported(tmp_path):
+    path = tmp_path / "reviews.csv"
+    rows = [
+        f'"review {index} text",{("negative", "positive")[index % 2]}'
+        for index in range(40)
+    ]
+    path.write_text("text,sentiment\n" + "\n".join(rows) + "\n", "utf-8")
+    config = config_lib.resolve(
+        SentimentConfig,
+        SMOKE_CONFIG,
+        {
+            "data.path": str(path),
+            "data.test_path": None,
+            "data.label_column": "sentiment",
+        },
+    )
+    data = SentimentRecipe().load_data(config)
+    assert data.text.class_names == ("negative", "positive")
+    assert any("'positive' -> 1" in note for note in data.text.notes)
+    texts, labels = next(iter(data.validation))
+    assert labels.shape[1:] == (1,)
+
+
+def test_sst2_tsv_through_the_config(tmp_path):
+    config = config_lib.load_toml(
+        SentimentConfig, ROOT / "recipes/sentiment/configs/sst2.toml"
+    ).with_values(
+        {"data.path": str(SENTIMENT_DATA / "sst2_dev.tsv.gz"), "data.test_path": None}
+    )
+    data = SentimentRecipe().load_data(config)
+    assert len(data.text.train) + len(data.text.validation) + len(data.text.test) == 872
+    assert data.text.class_names == ("negative", "positive")
+
+
+def test_search_space_sets_the_documented_keys():
+    hp = keras_tuner.HyperParameters()
+    config = SentimentRecipe().search_space(hp, SentimentConfig())
+    assert set(hp.values) == {
+        "cell_type", "units", "num_layers", "bidirectional", "embedding_dim",
+        "dropout", "learning_rate", "sequence_length",
+    }  # fmt: skip
+    assert config.model.cell_type == hp.values["cell_type"]
+    assert config.data.sequence_length == hp.values["sequence_length"]
+
+
+def test_list_shows_the_recipe_without_importing_tensorflow():
+    script = (
+        "import sys\nfrom rnnkit.cli import main\n"
+        "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert "sentiment" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "False"
