@@ -77,7 +77,12 @@ Optional hooks (defaults do nothing or refuse):
 - `backtest_folds(data, config)`: the per-fold datasets of a walk-forward backtest,
   needed only if the recipe supports `evaluation.folds > 0`. The runner trains a fresh
   model on each and reports per-fold and mean figures.
-- `objective`: the Keras metric name that tuning minimises (default "val_loss").
+- `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
+  infers the direction from the name (a loss is minimised, an accuracy maximised).
+- `predict_options`: options of `rnnkit predict` that set config values for that
+  prediction, as {option name: dotted config key}; e.g. {"beam":
+  "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
+  with `evaluation.beam_width = 5` (default: none).
 
 What the commands call
 ----------------------
@@ -151,6 +156,7 @@ class Recipe:
     summary: ClassVar[str]
     Config: ClassVar[type[RecipeConfig]] = RecipeConfig
     objective: ClassVar[str] = "val_loss"
+    predict_options: ClassVar[dict[str, str]] = {}
 
     def load_data(self, config: RecipeConfig) -> RecipeData:
         """The train / validation / test splits (and metadata) for `config`."""
