@@ -91,15 +91,16 @@ def numerical_gradients(function, arrays, cotangent, step=1e-6):
     return gradients
 
 
-def outputs_and_gradients(layer, inputs, cotangent=None, **call_kwargs):
-    """Output of `layer(**inputs, **call_kwargs)` and the gradients of
-    sum(output * cotangent) w.r.t. the trainable weights and each of `inputs`.
+def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
+    """Output of `layer(**differentiated, **call_kwargs)` and the gradients of
+    sum(output * cotangent) w.r.t. the trainable weights and each differentiated
+    input.
 
-    `inputs` maps call argument names (query, value, key, ...) to float arrays;
-    `call_kwargs` (masks, flags) are not differentiated. Only the first output is
-    used when the layer returns (output, scores).
+    `differentiated` maps call argument names (query, value, key, ...) to float
+    arrays; `call_kwargs` (masks, flags, integer inputs) are not differentiated.
+    Only the first output is used when the layer returns several.
     """
-    inputs = {name: np.asarray(a, "float32") for name, a in inputs.items()}
+    inputs = {name: np.asarray(a, "float32") for name, a in differentiated.items()}
     if not layer.built:
         layer(**inputs, **call_kwargs)
     if cotangent is None:
