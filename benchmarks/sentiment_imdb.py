@@ -1,0 +1,106 @@
+"""IMDB quality benchmark of the sentiment recipe: train on all 25,000 training reviews
+(10% held out for early stopping), test on all 25,000 test reviews.
+
+Target (issue 5): test accuracy >= 0.88 within 30 minutes of training on a 2-core CPU.
+Prints the test table (model, majority class, bag-of-words logistic regression), the
+training time per epoch and in all, and whether the target is met. The data are the
+local copies in ../shared/data/sentiment (see recipes/sentiment/configs/imdb.toml).
+
+    python benchmarks/sentiment_imdb.py                         # the full benchmark
+    python benchmarks/sentiment_imdb.py --limit 5000 --epochs 1 # a reduced check
+    python benchmarks/sentiment_imdb.py --set model.cell_type=lstm
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_ACCURACY = 0.88
+TARGET_TRAINING_SECONDS = 30 * 60
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config", default=str(ROOT / "recipes/sentiment/configs/imdb.toml")
+    )
+    parser.add_argument(
+        "--limit", type=int, default=0, help="Reviews per split (0: all 25,000)."
+    )
+    parser.add_argument("--epochs", type=int, help="Override train.epochs.")
+    parser.add_argument(
+        "--run-dir", help="Run directory (default: runs/sentiment/...)."
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="assignments"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # The config's data paths are relative to the repository root.
+    os.chdir(ROOT)
+
+    import keras
+    from rnnkit_recipes.sentiment.recipe import SentimentRecipe
+
+    from rnnkit import config as config_lib
+    from rnnkit import runner
+    from rnnkit.metrics import format_table
+
+    recipe = SentimentRecipe()
+    overrides = config_lib.parse_assignments(recipe.Config, args.assignments)
+    overrides["data.limit"] = args.limit
+    if args.epochs is not None:
+        overrides["train.epochs"] = args.epochs
+    config = config_lib.resolve(recipe.Config, args.config, overrides)
+
+    class EpochTimer(keras.callbacks.Callback):
+        """Seconds per training epoch (validation included, as the fit loop runs it)."""
+
+        def on_train_begin(self, logs=None):
+            self.seconds = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self.started)
+
+    timer = EpochTimer()
+    started = time.perf_counter()
+    result = runner.run(recipe, config, args.run_dir, verbose=2, callbacks=[timer])
+    total = time.perf_counter() - started
+    training = sum(timer.seconds)
+    table = result.metrics["test"]
+    accuracy = table["model"]["accuracy"]
+
+    print()
+    print(format_table(table))
+    print()
+    print(f"run directory:     {result.run_dir}")
+    print(f"training reviews:  {args.limit or 'all'} per split (limit)")
+    print(f"epochs:            {len(timer.seconds)}")
+    print(
+        "seconds per epoch: " + ", ".join(f"{seconds:.0f}" for seconds in timer.seconds)
+    )
+    print(f"training seconds:  {training:.0f} (whole run {total:.0f}, incl. loading,")
+    print("                   vocabulary, test predictions and baselines)")
+    if args.limit:
+        print("reduced run: the target applies to the full data only")
+        return
+    met = accuracy >= TARGET_ACCURACY and training <= TARGET_TRAINING_SECONDS
+    print(
+        f"target: accuracy {accuracy:.4f} >= {TARGET_ACCURACY} and training "
+        f"{training / 60:.1f} min <= {TARGET_TRAINING_SECONDS // 60} min: "
+        + ("MET" if met else "NOT MET")
+    )
+
+
+if __name__ == "__main__":
+    main()
