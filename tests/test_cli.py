@@ -83,6 +83,7 @@ def test_run_prints_metrics_beside_baselines(smoke_run):
     assert metrics["model"]["mae"] < metrics["moving_average_5"]["mae"]
     assert (run_dir / "model.keras").is_file()
     assert (run_dir / "plots" / "forecast.png").is_file()
+    assert (run_dir / "plots" / "forecast_last_60_days.png").is_file()
     assert f"Run directory: {run_dir}" in result.output
 
 

@@ -162,9 +162,7 @@ class StockRecipe(Recipe):
     def write_plots(
         self, model: keras.Model, data: StockData, config: StockConfig, plot_dir: Path
     ) -> None:
-        plot_test_forecast(
-            model, data, config, plot_dir / "forecast.png", config.train.batch_size
-        )
+        plot_test_forecast(model, data, config, plot_dir, config.train.batch_size)
 
     def backtest_folds(
         self, data: StockData, config: StockConfig
@@ -278,28 +276,40 @@ def forecast_table(
     }
 
 
+ZOOM_DAYS = 60
+
+
 def plot_test_forecast(
     model: keras.Model,
     data: StockData,
     config: StockConfig,
-    path: Path,
+    plot_dir: Path,
     batch_size: int,
-) -> Path:
-    """Next-day forecasts against the actual close over the test span."""
+) -> list[Path]:
+    """Next-day forecasts against the actual close: the whole test span, and its last
+    `ZOOM_DAYS` days, where the lines can be told apart."""
     from rnnkit import plots
 
     split = data.splits["test"]
     closes = data.prices["close"].to_numpy()
     predicted, actual, last = forecast_closes(model, split, closes, batch_size)
     dates = data.prices["date"].to_numpy()[split.anchors + 1]
-    cell = config.model.cell_type.upper()
-    return plots.forecast(
-        dates,
-        actual[:, 0],
-        {f"model ({cell}, next day)": predicted[:, 0], "persistence": last},
-        path,
-        title=f"{data.source}: test span, next-day close",
-    )
+    label = f"model ({config.model.cell_type.upper()}, next day)"
+    paths = []
+    for name, start, span in (
+        ("forecast.png", 0, "test span"),
+        (f"forecast_last_{ZOOM_DAYS}_days.png", -ZOOM_DAYS, f"last {ZOOM_DAYS} days"),
+    ):
+        paths.append(
+            plots.forecast(
+                dates[start:],
+                actual[start:, 0],
+                {label: predicted[start:, 0], "persistence": last[start:]},
+                plot_dir / name,
+                title=f"{data.source}: {span}, next-day close",
+            )
+        )
+    return paths
 
 
 def forecast_lines(
