@@ -17,7 +17,6 @@ those, so no target is seen twice and no scaler sees the future.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +25,6 @@ import pandas as pd
 from rnnkit.data.timeseries import clean_prices, read_price_csv, sliding_windows
 from rnnkit.errors import DataError
 from rnnkit.recipe import RecipeData
-
-log = logging.getLogger("rnnkit")
 
 FEATURES = ("return_pct", "range_pct", "volume_pct")
 VOLUME_MEAN_DAYS = 20
