@@ -17,13 +17,21 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 import numpy as np  # noqa: E402
 
 
-def save_figure(figure: matplotlib.figure.Figure, path: str | Path) -> Path:
-    """Writes `figure` as a PNG to `path` atomically and closes it."""
+def save_figure(
+    figure: matplotlib.figure.Figure, path: str | Path, *, tight: bool = True
+) -> Path:
+    """Writes `figure` as a PNG to `path` atomically and closes it.
+
+    With `tight=False` the PNG keeps the figure's own size (inches x 100 dpi) instead
+    of being cropped to its contents.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
-        figure.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
+        figure.savefig(
+            temporary, format="png", dpi=100, bbox_inches="tight" if tight else None
+        )
         os.replace(temporary, path)
     finally:
         plt.close(figure)
@@ -114,3 +122,41 @@ def confusion_matrix(
     if title:
         axis.set_title(title)
     return save_figure(figure, path)
+
+
+def attention_heatmap(
+    weights: np.ndarray,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Attention weights as a labelled heatmap: one row per target (output) token, one
+    column per source (input) token, darker where the target token attended more.
+
+    `weights` is (len(target_tokens), len(source_tokens)), e.g. one example's
+    `return_attention_scores` of an rnnkit attention layer (a single head for
+    multi-head attention). The PNG is (2.5 + 0.5 * len(source_tokens)) by
+    (1.5 + 0.4 * len(target_tokens)) inches at 100 dpi, so long sentences stay
+    readable.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    expected_shape = (len(target_tokens), len(source_tokens))
+    if weights.shape != expected_shape:
+        raise ValueError(
+            "`weights` must have one row per target token and one column per source "
+            f"token, shape {expected_shape}. Received: shape {weights.shape}"
+        )
+    figure, axis = plt.subplots(
+        figsize=(2.5 + 0.5 * len(source_tokens), 1.5 + 0.4 * len(target_tokens)),
+        layout="constrained",
+    )
+    image = axis.imshow(weights, cmap="viridis", vmin=0.0, aspect="auto")
+    figure.colorbar(image, ax=axis, label="attention weight")
+    axis.set_xticks(range(len(source_tokens)), labels=source_tokens, rotation=90)
+    axis.set_yticks(range(len(target_tokens)), labels=target_tokens)
+    axis.set_xlabel("source")
+    axis.set_ylabel("target")
+    if title:
+        axis.set_title(title)
+    return save_figure(figure, path, tight=False)
