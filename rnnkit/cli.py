@@ -51,9 +51,13 @@ def _field_options(config_cls: type[config_lib.RecipeConfig]) -> list[click.Opti
         if info.choices is not None:
             metavar = "[" + "|".join(str(c) for c in info.choices) + "]"
         else:
-            metavar = config_lib.type_name(info.type).upper().replace(" ", "_")
+            # "str or none" -> STR: `--set` help explains that "none" clears a value.
+            metavar = config_lib.type_name(info.type).split(" or ")[0].upper()
+            metavar = metavar.replace("LIST OF ", "LIST_OF_")
         default = "none" if info.default is None else info.default
-        if isinstance(default, tuple):
+        if isinstance(default, bool):
+            default = "true" if default else "false"
+        elif isinstance(default, tuple):
             default = ",".join(map(str, default))
         options.append(
             click.Option(
@@ -89,7 +93,8 @@ def _config_params() -> list[click.Option]:
             ["--set", "assignments"],
             multiple=True,
             metavar="KEY=VALUE",
-            help="Set a config value, e.g. --set data.path=prices.csv (repeatable).",
+            help="Set a config value, e.g. --set data.path=prices.csv (repeatable; "
+            "'none' clears an optional value).",
         ),
         click.Option(["--epochs"], type=int, help="Shortcut for train.epochs."),
         click.Option(["--seed"], type=int, help="Shortcut for train.seed."),
@@ -301,20 +306,54 @@ def evaluate(
     _print_metrics(metrics)
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.argument(
     "run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path)
 )
-@click.argument("inputs", nargs=-1)
+@click.argument("inputs", nargs=-1, type=click.UNPROCESSED)
 def predict(run_dir: Path, inputs: tuple[str, ...]) -> None:
-    """Predict with the saved model of RUN_DIR from INPUTS (files, texts, ...)."""
+    """Predict with the saved model of RUN_DIR from INPUTS (files, texts, ...).
+
+    A recipe may accept options among the INPUTS that set config values for the
+    prediction (its `predict_options`), e.g. the translation recipe's
+    `--beam N --n-best K`.
+    """
     from rnnkit import runner
 
     with user_errors():
         recipe, config, model = runner.load_run(run_dir, registry.load)
-        lines = recipe.predict(model, list(inputs), config)
+        texts, overrides = _predict_options(recipe, list(inputs))
+        lines = recipe.predict(model, texts, config.with_values(overrides))
     for line in lines:
         click.echo(line)
+
+
+def _predict_options(recipe: Recipe, args: list[str]) -> tuple[list[str], dict]:
+    """Splits `rnnkit predict` arguments into inputs and the recipe's option values."""
+    infos = {info.key: info for info in config_lib.fields_of(recipe.Config)}
+    declared = ", ".join(f"--{name}" for name in recipe.predict_options) or "none"
+    inputs, values = [], {}
+    remaining = iter(args)
+    for arg in remaining:
+        if arg == "--":  # everything after it is input, even text that starts "--"
+            inputs.extend(remaining)
+            break
+        if not arg.startswith("--"):
+            inputs.append(arg)
+            continue
+        name, has_value, text = arg[2:].partition("=")
+        if name not in recipe.predict_options:
+            raise RnnkitError(
+                f"no such option: --{name} (options of recipe {recipe.name!r} for "
+                f"predict: {declared})"
+            )
+        if not has_value:
+            text = next(remaining, None)
+            if text is None:
+                raise RnnkitError(f"option --{name} needs a value")
+        key = recipe.predict_options[name]
+        values[key] = config_lib.parse_text(infos[key], text)
+    return inputs, values
 
 
 def _tune_command(recipe: Recipe) -> click.Command:
