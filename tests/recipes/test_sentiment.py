@@ -18,6 +18,7 @@ from tests.sentiment_support import (
     ROOT,
     SENTIMENT_DATA,
     SMOKE_CONFIG,
+    imdb_sample,
     write_imdb_csv,
 )
 
@@ -218,3 +219,33 @@ def test_list_shows_the_recipe_without_importing_tensorflow():
     )
     assert "sentiment" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_multi_class_labels_train_evaluate_and_predict(tmp_path):
+    # Star ratings as three classes: a softmax head, macro-averaged figures.
+    sample = imdb_sample("train", 60)
+    bands = {1: "low", 2: "low", 3: "low", 4: "mid", 7: "mid", 8: "high", 9: "high"}
+    sample = sample.assign(band=sample["rating"].map(bands).fillna("high"))
+    path = tmp_path / "ratings.csv"
+    sample.to_csv(path, index=False)
+    config = config_lib.resolve(
+        SentimentConfig,
+        SMOKE_CONFIG,
+        {
+            "data.path": str(path),
+            "data.test_path": None,
+            "data.label_column": "band",
+            "data.class_names": ("low", "mid", "high"),
+            "data.test_fraction": 0.25,
+            "data.limit": 0,
+        },
+    )
+    recipe = SentimentRecipe()
+    data = recipe.load_data(config)
+    model = recipe.build_model(config, data)
+    model.fit(data.train, epochs=1, shuffle=False, verbose=0)
+    table = recipe.evaluate(model, data, config)
+    assert set(table) == {"model", "majority", "bag_of_words"}
+    assert all(0.0 <= value <= 1.0 for row in table.values() for value in row.values())
+    lines = recipe.predict(model, ["a truly great film"], config)
+    assert lines[0].split()[0] in ("low", "mid", "high")
