@@ -1,0 +1,254 @@
+"""Speed and memory of rnnkit's attention layers next to their baselines, in one run.
+
+1. `rnnkit.layers.MultiHeadAttention` vs `keras.layers.MultiHeadAttention`: 8 heads
+   of size 32 (model dim 256), batch 32, self-attention over length 128, same weights.
+2. `rnnkit.layers.BahdanauAttention` vs the straightforward formulation that
+   broadcasts W_q q (batch, Tq, 1, units) + W_k k (batch, 1, Tv, units) into one
+   (batch, Tq, Tv, units) tensor before tanh: batch 64, 100 queries, 100 source
+   states of size 256, units 256, same weights.
+
+Each model is just the layer, trained on mse against a random target. Timings are
+taken in interleaved rounds (rnnkit, baseline, rnnkit, ...) so machine load hits both
+alike: "train" is a compiled training step (forward + backward + SGD update,
+`train_on_batch`), "infer" a compiled forward pass (`predict_on_batch`); the median
+over rounds is reported with the ratio baseline time / rnnkit time (> 1: rnnkit
+faster).
+
+Peak memory is measured on the host, in a fresh subprocess per implementation: after
+a warm-up step, the process' peak resident set (VmHWM, Linux) is reset and the peak
+increase over the resident set during one more step is read. Large allocations are
+forced through mmap (MALLOC_MMAP_THRESHOLD_) so that freed buffers leave the process
+instead of hiding in malloc's cache. The size of the largest intermediate tensor
+of the Bahdanau score computation is printed next to it for comparison.
+
+    python benchmarks/attention.py
+    python benchmarks/attention.py --rounds 3 --skip-memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
+
+import rnnkit.layers  # noqa: E402
+
+MHA = {"batch": 32, "length": 128, "dim": 256, "heads": 8}
+BAHDANAU = {"batch": 64, "queries": 100, "sources": 100, "dim": 256, "units": 256}
+FLOAT_BYTES = 4
+
+
+class BroadcastBahdanau(keras.layers.Layer):
+    """Bahdanau attention as usually written: every query-key pair's hidden layer
+    tanh(W_q q_i + W_k k_j) at once, in one (batch, Tq, Tv, units) tensor."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, query_shape, value_shape):
+        self.query_kernel = self.add_weight(
+            name="query_kernel", shape=(query_shape[-1], self.units)
+        )
+        self.key_kernel = self.add_weight(
+            name="key_kernel", shape=(value_shape[-1], self.units)
+        )
+        self.score_vector = self.add_weight(name="score_vector", shape=(self.units,))
+
+    def call(self, query, value):
+        projected_query = ops.matmul(query, self.query_kernel)  # (batch, Tq, units)
+        projected_key = ops.matmul(value, self.key_kernel)  # (batch, Tv, units)
+        hidden = ops.tanh(
+            projected_query[:, :, None, :] + projected_key[:, None, :, :]
+        )  # (batch, Tq, Tv, units)
+        scores = ops.matmul(hidden, self.score_vector)  # (batch, Tq, Tv)
+        return ops.matmul(ops.softmax(scores, axis=-1), value)  # (batch, Tq, dim)
+
+
+def multi_head_models():
+    """(rnnkit model, keras model, inputs, targets) with the same weights."""
+    batch, length, dim, heads = MHA["batch"], MHA["length"], MHA["dim"], MHA["heads"]
+
+    def model(layer):
+        tokens = keras.Input((length, dim), batch_size=batch)
+        return keras.Model(tokens, layer(tokens, tokens))
+
+    ours = model(rnnkit.layers.MultiHeadAttention(heads, dim // heads))
+    builtin = model(keras.layers.MultiHeadAttention(heads, dim // heads))
+    ours.set_weights(builtin.get_weights())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, length, dim), dtype=np.float32)
+    y = rng.standard_normal((batch, length, dim), dtype=np.float32)
+    return ours, builtin, x, y
+
+
+def bahdanau_models():
+    """(rnnkit model, broadcast model, inputs, targets) with the same weights."""
+    b = BAHDANAU
+
+    def model(layer):
+        query = keras.Input((b["queries"], b["dim"]), batch_size=b["batch"])
+        value = keras.Input((b["sources"], b["dim"]), batch_size=b["batch"])
+        return keras.Model([query, value], layer(query, value))
+
+    ours = model(rnnkit.layers.BahdanauAttention(b["units"]))
+    broadcast = model(BroadcastBahdanau(b["units"]))
+    broadcast.set_weights(ours.get_weights())
+    rng = np.random.default_rng(1)
+    x = [
+        rng.standard_normal((b["batch"], b["queries"], b["dim"]), dtype=np.float32),
+        rng.standard_normal((b["batch"], b["sources"], b["dim"]), dtype=np.float32),
+    ]
+    y = rng.standard_normal((b["batch"], b["queries"], b["dim"]), dtype=np.float32)
+    return ours, broadcast, x, y
+
+
+BENCHMARKS = {
+    "multi-head": (multi_head_models, "keras.layers.MultiHeadAttention"),
+    "bahdanau": (bahdanau_models, "broadcast-add-tanh"),
+}
+
+
+def compile_for_benchmark(model):
+    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse")
+
+
+def steps(model, x, y):
+    return {
+        "train": lambda: model.train_on_batch(x, y),
+        "infer": lambda: model.predict_on_batch(x),
+    }
+
+
+def time_interleaved(name, rounds):
+    """Median seconds per step for (implementation, mode), and the largest output
+    difference between the two implementations (same weights)."""
+    ours, baseline, x, y = BENCHMARKS[name][0]()
+    difference = float(
+        np.max(np.abs(ours.predict_on_batch(x) - baseline.predict_on_batch(x)))
+    )
+    models = {"rnnkit": ours, "baseline": baseline}
+    for model in models.values():
+        compile_for_benchmark(model)
+        for step in steps(model, x, y).values():  # trace and warm up
+            step()
+    timings = {(impl, mode): [] for impl in models for mode in ("train", "infer")}
+    for _ in range(rounds):
+        for impl, model in models.items():
+            for mode, step in steps(model, x, y).items():
+                start = time.perf_counter()
+                step()
+                timings[impl, mode].append(time.perf_counter() - start)
+    return {key: statistics.median(v) for key, v in timings.items()}, difference
+
+
+def _memory_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def measure_peak_memory(name, impl):
+    """Child process: peak host memory increase (MiB) of one step per mode."""
+    ours, baseline, x, y = BENCHMARKS[name][0]()
+    model = ours if impl == "rnnkit" else baseline
+    compile_for_benchmark(model)
+    peaks = {}
+    for mode, step in steps(model, x, y).items():
+        step()  # trace and warm up
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # resets VmHWM to the current resident set
+        before = _memory_kib("VmRSS")
+        step()
+        peaks[mode] = (_memory_kib("VmHWM") - before) / 1024
+    print(json.dumps(peaks))
+
+
+def peak_memory(name, impl):
+    """Runs `measure_peak_memory` in a fresh process; None where unsupported."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None
+    environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 20))
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--memory-of", name, impl],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-2000:])
+        return None
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bahdanau_intermediates_mib():
+    """Largest score-computation tensor: broadcast vs one query at a time."""
+    b = BAHDANAU
+    per_query = b["batch"] * b["sources"] * b["units"] * FLOAT_BYTES / 2**20
+    return {"rnnkit": per_query, "baseline": per_query * b["queries"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-of", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_of:
+        measure_peak_memory(*args.memory_of)
+        return
+
+    print(
+        f"keras {keras.__version__}, backend {keras.backend.backend()}, "
+        f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds, "
+        f"median seconds per step"
+    )
+    print(f"multi-head: {MHA}; bahdanau: {BAHDANAU}")
+    header = (
+        f"{'layer':10} {'baseline':32} {'mode':5} | {'rnnkit s':>9} "
+        f"{'baseline s':>10} {'ratio':>6} | {'peak MiB rnnkit':>15} "
+        f"{'baseline':>8} | {'largest score tensor MiB':>24}"
+    )
+    print(header)
+    print("-" * len(header))
+    intermediates = bahdanau_intermediates_mib()
+    for name, (_, baseline_name) in BENCHMARKS.items():
+        timings, difference = time_interleaved(name, args.rounds)
+        memory = {}
+        if not args.skip_memory:
+            memory = {impl: peak_memory(name, impl) for impl in ("rnnkit", "baseline")}
+        for mode in ("train", "infer"):
+            ours, theirs = timings["rnnkit", mode], timings["baseline", mode]
+            peaks = [
+                f"{memory[impl][mode]:.0f}" if memory.get(impl) else "n/a"
+                for impl in ("rnnkit", "baseline")
+            ]
+            largest = "-"
+            if name == "bahdanau":
+                largest = (
+                    f"{intermediates['rnnkit']:.1f} vs {intermediates['baseline']:.0f}"
+                )
+            print(
+                f"{name:10} {baseline_name:32} {mode:5} | {ours:>9.3f} "
+                f"{theirs:>10.3f} {theirs / ours:>5.2f}x | {peaks[0]:>15} "
+                f"{peaks[1]:>8} | {largest:>24}",
+                flush=True,
+            )
+        print(f"{'':10} same weights, max abs output difference {difference:.1e}")
+
+
+if __name__ == "__main__":
+    main()
