@@ -80,7 +80,7 @@ class BahdanauAttention(keras.layers.Layer):
     >>> keys = attention.precompute_keys(encoder_states)  # once per sentence
     >>> context, weights = attention(decoder_state, encoder_states,
     ...     projected_key=keys, return_attention_scores=True)  # every step
-    >>> keys.shape, context.shape, weights.shape
+    >>> tuple(keys.shape), tuple(context.shape), tuple(weights.shape)
     ((2, 7, 10), (2, 16), (2, 7))
 
     Reference:

@@ -56,7 +56,7 @@ class DotProductAttention(keras.layers.Layer):
     >>> value = np.random.rand(2, 7, 8).astype("float32")
     >>> context, weights = DotProductAttention()(
     ...     query, value, return_attention_scores=True)
-    >>> context.shape, weights.shape
+    >>> tuple(context.shape), tuple(weights.shape)
     ((2, 5, 8), (2, 5, 7))
 
     Reference:

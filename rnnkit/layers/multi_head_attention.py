@@ -75,7 +75,7 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> tokens = np.random.rand(2, 10, 64).astype("float32")
     >>> output, weights = MultiHeadAttention(num_heads=8, key_dim=16)(
     ...     tokens, tokens, use_causal_mask=True, return_attention_scores=True)
-    >>> output.shape, weights.shape
+    >>> tuple(output.shape), tuple(weights.shape)
     ((2, 10, 64), (2, 8, 10, 10))
 
     Reference:

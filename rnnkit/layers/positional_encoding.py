@@ -35,7 +35,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     Example:
     >>> embeddings = np.zeros((2, 10, 16), "float32")
-    >>> PositionalEncoding()(embeddings).shape
+    >>> tuple(PositionalEncoding()(embeddings).shape)
     (2, 10, 16)
 
     Reference:

@@ -224,3 +224,16 @@ def check_training_step_reduces_loss(model, inputs, targets):
 def check_config_round_trip(layer):
     config = layer.get_config()
     assert type(layer).from_config(config).get_config() == config
+
+
+def check_docstring_examples(module):
+    """The module's docstring examples run and print what they say."""
+    import doctest
+
+    import rnnkit.layers
+
+    names = {name: getattr(rnnkit.layers, name) for name in dir(rnnkit.layers)}
+    result = doctest.testmod(
+        module, extraglobs={"np": np, **names}, optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.attempted > 0 and result.failed == 0, result

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import BahdanauAttention
+from rnnkit.layers import BahdanauAttention, bahdanau_attention
 from tests.layers import attention_checks as checks
 from tests.layers.recurrent_checks import assert_close
 
@@ -291,3 +291,7 @@ def test_mixed_precision_runs_in_float16():
         keras.config.set_dtype_policy(previous)
     assert keras.backend.standardize_dtype(output.dtype) == "float16"
     assert_close(keras.ops.convert_to_numpy(output).astype("float32"), expected, 1e-2)
+
+
+def test_docstring_example():
+    checks.check_docstring_examples(bahdanau_attention)

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import DotProductAttention
+from rnnkit.layers import DotProductAttention, dot_product_attention
 from tests.layers import attention_checks as checks
 from tests.layers.recurrent_checks import assert_close
 
@@ -188,3 +188,7 @@ def test_training_step_reduces_loss():
     }
     targets = checks.random_array((8, TV, 1), 12)
     checks.check_training_step_reduces_loss(attention_model(), data, targets)
+
+
+def test_docstring_example():
+    checks.check_docstring_examples(dot_product_attention)

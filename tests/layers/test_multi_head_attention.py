@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import MultiHeadAttention
+from rnnkit.layers import MultiHeadAttention, multi_head_attention
 from tests.layers import attention_checks as checks
 from tests.layers.recurrent_checks import assert_close
 
@@ -320,3 +320,7 @@ def test_training_step_reduces_loss():
     }
     targets = checks.random_array((8, TQ, 1), 15)
     checks.check_training_step_reduces_loss(attention_model(), data, targets)
+
+
+def test_docstring_example():
+    checks.check_docstring_examples(multi_head_attention)
