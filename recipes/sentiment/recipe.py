@@ -107,11 +107,21 @@ class SentimentModelConfig(ModelConfig):
 
 
 @dataclasses.dataclass
+class SentimentTrainConfig(TrainConfig):
+    schedule: str = field(
+        "cosine",
+        help="Learning rate over training: constant, or cosine decay from "
+        "train.learning_rate to 0 at the end of train.epochs.",
+        choices=("constant", "cosine"),
+    )
+
+
+@dataclasses.dataclass
 class SentimentConfig(RecipeConfig):
     data: SentimentDataConfig = section(SentimentDataConfig, "Reviews and tokens.")
     model: SentimentModelConfig = section(SentimentModelConfig, "The classifier.")
-    train: TrainConfig = section(
-        TrainConfig, "The training loop.", epochs=4, batch_size=64, patience=1
+    train: SentimentTrainConfig = section(
+        SentimentTrainConfig, "The training loop.", epochs=4, batch_size=64, patience=1
     )
 
 
@@ -162,7 +172,15 @@ class SentimentRecipe(Recipe):
             recurrent_dropout=config.model.recurrent_dropout,
             seed=config.train.seed,
         )
-        return compile_sequence_classifier(model, config.train.learning_rate)
+        learning_rate = config.train.learning_rate
+        if config.train.schedule == "cosine":
+            import keras
+
+            steps = int(data.train.cardinality()) * config.train.epochs
+            learning_rate = keras.optimizers.schedules.CosineDecay(
+                learning_rate, decay_steps=max(1, steps)
+            )
+        return compile_sequence_classifier(model, learning_rate)
 
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: SentimentConfig

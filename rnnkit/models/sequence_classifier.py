@@ -305,9 +305,12 @@ def build_sequence_classifier(
 
 
 def compile_sequence_classifier(
-    model: keras.Model, learning_rate: float = 1e-3
+    model: keras.Model,
+    learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 1e-3,
 ) -> keras.Model:
     """Compiles with Adam, the matching cross-entropy and accuracy; returns `model`.
+
+    `learning_rate` is a number or a Keras schedule (e.g. `CosineDecay`).
 
     Two classes: binary cross-entropy on labels 0/1 of shape (batch, 1). More:
     sparse categorical cross-entropy on integer labels (batch,).
