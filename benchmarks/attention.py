@@ -9,17 +9,17 @@
 
 Each model is just the layer, trained on mse against a random target. Timings are
 taken in interleaved rounds (rnnkit, baseline, rnnkit, ...) so machine load hits both
-alike: "train" is a compiled training step (forward + backward + SGD update,
-`train_on_batch`), "infer" a compiled forward pass (`predict_on_batch`); the median
-over rounds is reported with the ratio baseline time / rnnkit time (> 1: rnnkit
-faster).
+alike, each round about 0.5 s per implementation and mode: "train" is a compiled
+training step (forward + backward + SGD update, `train_on_batch`), "infer" a compiled
+forward pass (`predict_on_batch`); the median over rounds is reported with the ratio
+baseline time / rnnkit time (> 1: rnnkit faster).
 
-Peak memory is measured on the host, in a fresh subprocess per implementation: after
-a warm-up step, the process' peak resident set (VmHWM, Linux) is reset and the peak
-increase over the resident set during one more step is read. Large allocations are
-forced through mmap (MALLOC_MMAP_THRESHOLD_) so that freed buffers leave the process
-instead of hiding in malloc's cache. The size of the largest intermediate tensor
-of the Bahdanau score computation is printed next to it for comparison.
+Peak memory is measured on the host, once the timings are done, in a fresh
+subprocess per implementation: after a warm-up step, the process' peak resident set
+(VmHWM, Linux) is reset and its increase during one more step is read. Large
+allocations are forced through mmap (MALLOC_MMAP_THRESHOLD_) so that freed buffers
+leave the process instead of hiding in malloc's cache. The size of the largest
+intermediate tensor of the Bahdanau score computation is printed next to it.
 
     python benchmarks/attention.py
     python benchmarks/attention.py --rounds 3 --skip-memory
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -130,9 +131,14 @@ def steps(model, x, y):
     }
 
 
-def time_interleaved(name, rounds):
+def time_interleaved(name, rounds, seconds_per_round=0.5):
     """Median seconds per step for (implementation, mode), and the largest output
-    difference between the two implementations (same weights)."""
+    difference between the two implementations (same weights).
+
+    A round runs each (implementation, mode) for the same number of steps, enough
+    for the slower implementation to take about `seconds_per_round`, so that short
+    steps are not drowned in timer and scheduling noise.
+    """
     ours, baseline, x, y = BENCHMARKS[name][0]()
     difference = float(
         np.max(np.abs(ours.predict_on_batch(x) - baseline.predict_on_batch(x)))
@@ -142,14 +148,25 @@ def time_interleaved(name, rounds):
         compile_for_benchmark(model)
         for step in steps(model, x, y).values():  # trace and warm up
             step()
-    timings = {(impl, mode): [] for impl in models for mode in ("train", "infer")}
+    repeats = {}
+    for mode in ("train", "infer"):
+        slowest = max(
+            _seconds_per_step(steps(model, x, y)[mode], 1) for model in models.values()
+        )
+        repeats[mode] = max(1, math.ceil(seconds_per_round / slowest))
+    timings = {(impl, mode): [] for impl in models for mode in repeats}
     for _ in range(rounds):
         for impl, model in models.items():
             for mode, step in steps(model, x, y).items():
-                start = time.perf_counter()
-                step()
-                timings[impl, mode].append(time.perf_counter() - start)
+                timings[impl, mode].append(_seconds_per_step(step, repeats[mode]))
     return {key: statistics.median(v) for key, v in timings.items()}, difference
+
+
+def _seconds_per_step(step, repeats):
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    return (time.perf_counter() - start) / repeats
 
 
 def _memory_kib(field):
@@ -176,22 +193,31 @@ def measure_peak_memory(name, impl):
     print(json.dumps(peaks))
 
 
-def peak_memory(name, impl):
-    """Runs `measure_peak_memory` in a fresh process; None where unsupported."""
+def peak_memories():
+    """`measure_peak_memory` of every benchmark and implementation, each in a fresh
+    process, all at once (timings are over): {(name, impl): {mode: MiB} or None}."""
     if not os.path.exists("/proc/self/clear_refs"):
-        return None
+        return {}
     environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 20))
-    result = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--memory-of", name, impl],
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=False,
-    )
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-2000:])
-        return None
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    children = {
+        (name, impl): subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--memory-of", name, impl],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        for name in BENCHMARKS
+        for impl in ("rnnkit", "baseline")
+    }
+    peaks = {}
+    for key, child in children.items():
+        stdout, stderr = child.communicate()
+        if child.returncode != 0:
+            sys.stderr.write(stderr[-2000:])
+            continue
+        peaks[key] = json.loads(stdout.strip().splitlines()[-1])
+    return peaks
 
 
 def bahdanau_intermediates_mib():
@@ -213,8 +239,8 @@ def main():
 
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
-        f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds, "
-        f"median seconds per step"
+        f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds of about "
+        "0.5 s per implementation and mode, median seconds per step"
     )
     print(f"multi-head: {MHA}; bahdanau: {BAHDANAU}")
     header = (
@@ -225,15 +251,13 @@ def main():
     print(header)
     print("-" * len(header))
     intermediates = bahdanau_intermediates_mib()
-    for name, (_, baseline_name) in BENCHMARKS.items():
-        timings, difference = time_interleaved(name, args.rounds)
-        memory = {}
-        if not args.skip_memory:
-            memory = {impl: peak_memory(name, impl) for impl in ("rnnkit", "baseline")}
+    results = {name: time_interleaved(name, args.rounds) for name in BENCHMARKS}
+    memory = {} if args.skip_memory else peak_memories()
+    for name, (timings, difference) in results.items():
         for mode in ("train", "infer"):
             ours, theirs = timings["rnnkit", mode], timings["baseline", mode]
             peaks = [
-                f"{memory[impl][mode]:.0f}" if memory.get(impl) else "n/a"
+                f"{memory[name, impl][mode]:.0f}" if (name, impl) in memory else "n/a"
                 for impl in ("rnnkit", "baseline")
             ]
             largest = "-"
@@ -242,10 +266,9 @@ def main():
                     f"{intermediates['rnnkit']:.1f} vs {intermediates['baseline']:.0f}"
                 )
             print(
-                f"{name:10} {baseline_name:32} {mode:5} | {ours:>9.3f} "
+                f"{name:10} {BENCHMARKS[name][1]:32} {mode:5} | {ours:>9.3f} "
                 f"{theirs:>10.3f} {theirs / ours:>5.2f}x | {peaks[0]:>15} "
-                f"{peaks[1]:>8} | {largest:>24}",
-                flush=True,
+                f"{peaks[1]:>8} | {largest:>24}"
             )
         print(f"{'':10} same weights, max abs output difference {difference:.1e}")
 
