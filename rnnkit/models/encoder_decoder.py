@@ -182,14 +182,24 @@ class EncoderDecoder(keras.Model):
         # Encoder states, and the summary that the plain model uses as its context.
         self.encoder_dim = units * (2 if self.bidirectional else 1)
 
+        # Embeddings start at N(0, 1), as in PyTorch, not at Keras' U(-0.05, 0.05): with
+        # inputs that small, training on real sentence pairs drives every encoder and
+        # decoder state into tanh saturation within one epoch (each example's gradient
+        # first points the same way, towards the unigram distribution), and the model
+        # never leaves the unigram loss. Measured on 1,000 Multi30k pairs, 6 epochs:
+        # training loss 5.25 (stuck) with the Keras default, 4.42 and falling with this.
         self.source_embedding = keras.layers.Embedding(
             self.source_vocabulary_size,
             embedding_dim,
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
             mask_zero=True,
             name="source_embedding",
         )
         self.target_embedding = keras.layers.Embedding(
-            self.target_vocabulary_size, embedding_dim, name="target_embedding"
+            self.target_vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
+            name="target_embedding",
         )
         self.encoder_rnns = []
         for index in range(encoder_layers):
