@@ -1,0 +1,1 @@
+"""The translation recipe: `rnnkit run translation` (see README.md in this folder)."""

@@ -1,0 +1,238 @@
+"""The translation recipe end to end through the `rnnkit` launcher, on real pairs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import unicodedata
+import zipfile
+
+import keras_tuner
+import pytest
+from click.testing import CliRunner
+from rnnkit_recipes.translation.recipe import TranslationConfig, TranslationRecipe
+
+from rnnkit import config as config_lib
+from rnnkit import runner
+from rnnkit.cli import main
+from rnnkit.data.parallel_text import read_parallel_files
+from tests.stock_support import ROOT
+
+TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
+MULTI30K = str(TRANSLATION_DATA / "multi30k_{split}.{lang}.gz")
+SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def error_line(result) -> str:
+    """The one "Error: ..." line of a failed command."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """500 real Multi30k de->en pairs per split, a small model, five epochs."""
+    if not (TRANSLATION_DATA / "multi30k_train.de.gz").is_file():
+        pytest.skip("shared translation data not available")
+    run_dir = tmp_path_factory.mktemp("runs") / "translation"
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("rnnkit").addHandler(handler)
+    try:
+        result = invoke(
+            "run", "translation", "--config", str(SMOKE_CONFIG),
+            "--set", f"data.path={MULTI30K}", "--run-dir", str(run_dir),
+        )  # fmt: skip
+    finally:
+        logging.getLogger("rnnkit").removeHandler(handler)
+    assert result.exit_code == 0, result.output[-3000:]
+    return run_dir, [record.getMessage() for record in records]
+
+
+def test_run_writes_the_run_directory_and_the_loss_falls(smoke_run):
+    run_dir, _ = smoke_run
+    for name in (
+        "config.toml", "model.keras", "metrics.json", "history.csv", "run.json",
+        "plots/training_curves.png", "plots/attention_1.png",
+    ):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "plots/attention_1.png").read_bytes()[:4] == b"\x89PNG"
+    with (run_dir / "history.csv").open() as handle:
+        history = list(csv.DictReader(handle))
+    losses = [float(row["loss"]) for row in history]
+    assert len(losses) == 5 and losses[-1] < losses[0] - 1.0
+    assert float(history[-1]["val_loss"]) < float(history[0]["val_loss"])
+
+
+def test_metrics_put_the_model_beside_the_baselines(smoke_run):
+    run_dir, _ = smoke_run
+    table = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert list(table) == ["model", "copy_source", "unigram"]
+    assert set(table["model"]) == {
+        "bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity",
+    }  # fmt: skip
+    assert all(0.0 <= table["model"][name] <= 100.0 for name in ("bleu", "chrf"))
+    # Five epochs on 500 pairs translate badly, but the model already predicts the
+    # next token better than the source-blind unigram model does.
+    assert table["model"]["perplexity"] < table["unigram"]["perplexity"]
+    assert table["model"]["token_accuracy"] > table["unigram"]["token_accuracy"]
+    # German copied as "English" shares names, numbers and punctuation only.
+    assert 0.0 < table["copy_source"]["bleu"] < 5.0
+
+
+def test_bleu_is_computed_by_sacrebleu_on_the_test_references(smoke_run):
+    run_dir, messages = smoke_run
+    signature = [m for m in messages if m.startswith("sacreBLEU signature:")]
+    assert len(signature) == 1
+    assert re.search(
+        r"nrefs:1\|case:lc\|eff:no\|tok:13a\|smooth:exp\|version:2", signature[0]
+    )
+    # The copy baseline's BLEU, recomputed here from the raw test files.
+    import sacrebleu
+
+    pairs = read_parallel_files(
+        MULTI30K.format(split="test_2016_flickr", lang="de"),
+        MULTI30K.format(split="test_2016_flickr", lang="en"),
+    )[:500]
+    # As the recipe sees the text: NFKC-normalised, whitespace collapsed, cased.
+    sources, references = (
+        [" ".join(unicodedata.normalize("NFKC", text).split()) for text in side]
+        for side in zip(*pairs, strict=True)
+    )
+    expected = sacrebleu.corpus_bleu(sources, [references], lowercase=True)
+    table = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert table["copy_source"]["bleu"] == pytest.approx(expected.score, abs=1e-6)
+
+
+def test_reloaded_model_translates_with_greedy_and_beam_search(smoke_run):
+    run_dir, _ = smoke_run
+    recipe = TranslationRecipe()
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    model = runner.load_model(run_dir / "model.keras")  # safe mode
+    sentences = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    for beam_width in (1, 3):
+        beam_config = config.with_values({"evaluation.beam_width": beam_width})
+        lines = recipe.predict(model, sentences, beam_config)
+        assert len(lines) == 2
+        vocabulary = set(model.target_tokens)
+        for line in lines:
+            assert line and "[START]" not in line and "[END]" not in line
+            words = re.findall(r"[^\s.,!?]+", line)
+            assert words and all(word in vocabulary for word in words)
+
+
+def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
+    """`rnnkit predict` in a fresh process, with the recipe's --beam and --n-best."""
+    run_dir, _ = smoke_run
+    sentences = tmp_path / "sentences.de"
+    sentences.write_text("Ein Hund rennt.\nEine Frau liest ein Buch.\n", "utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", "from rnnkit.cli import main; main()", "predict",
+         str(run_dir), "--beam", "4", "--n-best=3", str(sentences)],
+        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Ein Hund rennt." and lines[4] == "Eine Frau liest ein Buch."
+    ranked = [re.match(r"  (\d)\. \[(-\d+\.\d+)\] \S", line) for line in lines[1:4]]
+    assert all(ranked), lines
+    assert [int(match[1]) for match in ranked] == [1, 2, 3]
+    scores = [float(match[2]) for match in ranked]
+    assert scores == sorted(scores, reverse=True)
+    unknown = invoke("predict", str(run_dir), "--beams", "4", "Hallo")
+    assert "no such option: --beams" in error_line(unknown)
+    assert "--beam, --n-best" in error_line(unknown)
+
+
+def write_anki_zip(path, lines):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("spa-eng/spa.txt", "\n".join(lines) + "\n")
+        archive.writestr("spa-eng/_about.txt", "Tatoeba terms of use.\n")
+    return path
+
+
+def test_default_source_downloads_the_anki_zip(tmp_path, monkeypatch):
+    """data.path unset: the zip is fetched from data.url (here a local file)."""
+    lines = [f"I see {i} cats.\tVeo {i} gatos." for i in range(200)]
+    archive = write_anki_zip(tmp_path / "spa-eng.zip", lines)
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "cache"))
+    config = config_lib.resolve(
+        TranslationConfig,
+        SMOKE_CONFIG,
+        {
+            "data.format": "anki",
+            "data.path": None,
+            "data.url": archive.as_uri(),
+            "data.source_lang": "es",
+            "data.target_lang": "en",
+            "data.columns": ("en", "es"),
+        },
+    )
+    data = TranslationRecipe().load_data(config)
+    assert (tmp_path / "cache" / "spa-eng.zip").is_file()
+    assert len(data.test_pairs) == 4  # 2% of 200
+    source, target = data.test_pairs[0]
+    assert source.startswith("Veo ") and target.startswith("I see ")
+    assert "gatos" in data.source_vocabulary.tokens
+    assert "cats" in data.target_vocabulary.tokens
+
+
+def test_offline_default_source_says_how_to_use_local_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "cache"))
+    missing = (tmp_path / "nowhere" / "spa-eng.zip").as_uri()
+    result = invoke(
+        "run", "translation", "--config", str(SMOKE_CONFIG), "--run-dir",
+        str(tmp_path / "run"), "--set", "data.format=anki", "--set", "data.path=none",
+        "--set", f"data.url={missing}", "--set", "data.source_lang=en",
+        "--set", "data.target_lang=es",
+    )  # fmt: skip
+    line = error_line(result)
+    assert "could not download" in line and "--set data.path=" in line
+
+
+def test_data_errors_are_one_line(tmp_path):
+    (tmp_path / "c_train.de").write_text("Ein Hund.\nZwei Katzen.\n", "utf-8")
+    (tmp_path / "c_train.en").write_text("A dog.\n", "utf-8")
+    common = ["run", "translation", "--config", str(SMOKE_CONFIG)]
+    misaligned = invoke(
+        *common, "--run-dir", str(tmp_path / "r1"),
+        "--set", f"data.path={tmp_path}/c_{{split}}.{{lang}}",
+        "--set", "data.validation_split=", "--set", "data.test_split=",
+    )  # fmt: skip
+    assert "misaligned parallel files" in error_line(misaligned)
+    no_pattern = invoke(
+        *common, "--run-dir", str(tmp_path / "r2"), "--set", "data.path=corpus.gz"
+    )
+    assert "{split} and {lang}" in error_line(no_pattern)
+    same_language = invoke(
+        *common, "--run-dir", str(tmp_path / "r3"), "--set", "data.target_lang=de"
+    )
+    assert "both 'de'" in error_line(same_language)
+
+
+def test_search_space_gives_a_valid_config():
+    hp = keras_tuner.HyperParameters()
+    config = TranslationRecipe().search_space(hp, TranslationConfig())
+    assert config.model.attention in ("bahdanau", "dot", "multihead")
+    assert config.model.units in (128, 256, 512)
+    assert {"cell_type", "units", "attention", "dropout", "learning_rate"} <= set(
+        hp.values
+    )
+
+
+def test_configs_load():
+    for path in (ROOT / "recipes" / "translation" / "configs").glob("*.toml"):
+        config_lib.load_toml(TranslationConfig, path)
