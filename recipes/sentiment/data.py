@@ -109,6 +109,8 @@ def text_dataset(
     """
     import tensorflow as tf
 
+    from rnnkit.data.buckets import bucket_by_length
+
     lengths = word_counts(split.texts)
     texts, labels = split.texts.astype(str), targets(split.labels, num_classes)
     if not shuffle:
@@ -120,20 +122,13 @@ def text_dataset(
     )
     if bucket:
         step = max(1, sequence_length // 8)
-        boundaries = list(range(step, sequence_length + 1, step))
-        dataset = dataset.bucket_by_sequence_length(
+        dataset = bucket_by_length(
+            dataset,
             lambda text, label, length: length,
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            lengths,
+            boundaries=range(step, sequence_length + 1, step),
+            batch_size=batch_size,
         )
-        # Every bucket yields ceil(size / batch_size) batches whatever the shuffle, so
-        # the epoch length is known; telling Keras avoids its "ran out of data" guess.
-        bucket_sizes = np.bincount(
-            np.searchsorted(boundaries, lengths, side="right"),
-            minlength=len(boundaries) + 1,
-        )
-        batches = int(np.sum(-(-bucket_sizes // batch_size)))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     else:
         dataset = dataset.batch(batch_size)
     return dataset.map(lambda text, label, length: (text, label)).prefetch(
