@@ -19,6 +19,7 @@ import difflib
 import gzip
 import html
 import re
+import socket
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,20 @@ def read_aclimdb(
     return texts, labels
 
 
+# tensorflow-datasets downloads imdb_reviews from here; offline, its downloader retries
+# for minutes before it gives up, so a failed name lookup stops the run at once.
+_IMDB_DOWNLOAD_HOST = "ai.stanford.edu"
+
+
+def _check_reachable(host: str) -> None:
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as error:
+        raise DataError(
+            f"cannot reach {host} to download imdb_reviews ({error}); {_TFDS_HINT}"
+        ) from error
+
+
 def load_tfds_imdb(
     data_dir: str | None = None,
 ) -> tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]]:
@@ -185,6 +200,8 @@ def load_tfds_imdb(
         raise DataError(
             f"tensorflow-datasets is not installed ({error}); {_TFDS_HINT}"
         ) from error
+    if not tfds.builder("imdb_reviews", data_dir=data_dir).is_prepared():
+        _check_reachable(_IMDB_DOWNLOAD_HOST)
     try:
         train, test = tfds.load(
             "imdb_reviews",

@@ -185,9 +185,12 @@ def test_aclimdb_folder_without_test_split_and_bad_layouts(tmp_path):
         text.read_aclimdb(folder, "train")
 
 
-def _fake_tfds(monkeypatch, load):
+def _fake_tfds(monkeypatch, load, prepared=True):
     module = types.ModuleType("tensorflow_datasets")
     module.load = load
+    module.builder = lambda name, data_dir=None: types.SimpleNamespace(
+        is_prepared=lambda: prepared
+    )
     module.as_numpy = lambda arrays: arrays
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
 
@@ -229,3 +232,20 @@ def test_tfds_offline_error_says_how_to_use_local_files(monkeypatch):
 def test_test_path_needs_a_table(tmp_path):
     with pytest.raises(DataError, match="data.test_path needs data.path"):
         text.load_text_classification(None, tmp_path / "test.csv")
+
+
+def test_tfds_offline_fails_fast_before_downloading(monkeypatch):
+    """Offline and not yet downloaded: one name lookup fails, tfds.load never runs."""
+    calls = []
+    _fake_tfds(monkeypatch, lambda name, **options: calls.append(name), prepared=False)
+
+    def no_network(host, port, *args, **kwargs):
+        raise OSError(f"[Errno -2] Name or service not known: {host}")
+
+    monkeypatch.setattr(text.socket, "getaddrinfo", no_network)
+    with pytest.raises(DataError) as caught:
+        text.load_text_classification()
+    assert not calls
+    message = str(caught.value)
+    assert "cannot reach ai.stanford.edu" in message and "\n" not in message
+    assert "--set data.path=" in message
