@@ -211,7 +211,7 @@ def list_recipes() -> None:
 def _print_metrics(metrics: dict[str, Any]) -> None:
     from rnnkit.metrics import format_table
 
-    click.echo("\nTest metrics (model vs baselines, same test days):")
+    click.echo("\nTest metrics (model vs baselines, on the same test split):")
     click.echo(format_table(metrics["test"]))
     if "backtest" in metrics:
         folds = metrics["backtest"]["folds"]
