@@ -11,9 +11,10 @@ Both searches drive any model that offers three methods (as
   `(batch, vocabulary)`, the new state and attention weights `(batch, source_length)`.
 
 The time loop is a `keras.ops.while_loop` whose tensors keep their shapes from step to
-step (outputs are written into preallocated buffers), and the whole search is traced
-once per model and setting: `tf.function` on the TensorFlow backend, `jax.jit` on JAX.
-No Python code runs per decoding step.
+step (outputs are written into preallocated buffers), and the whole search is compiled
+once per model and setting: a `tf.function` traced once for every input shape on the
+TensorFlow backend, `jax.jit` (once per input shape) on JAX. No Python code runs per
+decoding step.
 
 A hypothesis stops at the end token or at its length limit,
 `ceil(max_length_ratio * source_length) + max_length_offset` tokens (the end token
@@ -210,7 +211,10 @@ def _compile(function: Callable) -> Callable:
     if backend == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(function, reduce_retracing=True)
+        # One trace for every batch size and source length: the loop's buffers take
+        # their sizes from the input at run time.
+        signature = [tf.TensorSpec([None, None], tf.int32)]
+        return tf.function(function, input_signature=signature)
     if backend == "jax":
         import jax
 

@@ -41,14 +41,14 @@ Pairs = list[tuple[str, str]]
 class TranslationData(RecipeData):
     """Batched splits of ({"source", "target_in"}, target_out), and what decoding needs.
 
-    `test_pairs` and `validation_pairs` keep the raw (source, reference) sentences:
-    BLEU is computed against the references as written, not as tokenised.
+    `test_pairs` keeps the raw (source, reference) sentences: BLEU is computed
+    against the references as written, not as tokenised. The batched test split
+    holds every test pair, however long.
     """
 
     source_vocabulary: Vocabulary
     target_vocabulary: Vocabulary
     text_options: TextOptions
-    validation_pairs: Pairs
     test_pairs: Pairs
     source: str
 
@@ -180,11 +180,10 @@ def load(config: TranslationConfig) -> TranslationData:
     return TranslationData(
         train=dataset(train_tokens, shuffle=True),
         validation=dataset(validation_tokens, shuffle=False),
-        test=None,
+        test=dataset(_short_enough(tokens(test), 0, "test"), shuffle=False),
         source_vocabulary=source_vocabulary,
         target_vocabulary=target_vocabulary,
         text_options=options,
-        validation_pairs=validation,
         test_pairs=test,
         source=description,
     )

@@ -289,17 +289,18 @@ class TranslationRecipe(Recipe):
         from rnnkit.data.parallel_text import Vocabulary
 
         sentences = _sentences(inputs)
-        vocabularies = _model_vocabularies(model)
+        # The vocabularies saved with the model, not those of today's data.
+        source_vocabulary = Vocabulary(model.source_tokens)
+        target_vocabulary = Vocabulary(model.target_tokens)
         options = text_options(config)
         n_best = config.evaluation.n_best
         result = search(
             model,
-            [vocabularies[0].encode(_tokens(s, options)) for s in sentences],
+            [source_vocabulary.encode(_tokens(s, options)) for s in sentences],
             config,
             beam_width=max(config.evaluation.beam_width, n_best),
             n_best=n_best,
         )
-        target_vocabulary: Vocabulary = vocabularies[1]
         lines = []
         for row, sentence in enumerate(sentences):
             texts = [
@@ -507,12 +508,6 @@ def translate(
     return [_detokenize(data.target_vocabulary, tokens[0]) for tokens in result.tokens]
 
 
-def _model_vocabularies(model: keras.Model):
-    from rnnkit.data.parallel_text import Vocabulary
-
-    return Vocabulary(model.source_tokens), Vocabulary(model.target_tokens)
-
-
 def _sentences(inputs: Sequence[str]) -> list[str]:
     """Command-line inputs: sentences, or files of one sentence per line."""
     from rnnkit.errors import DataError
@@ -548,8 +543,8 @@ def teacher_forced_figures(model: keras.Model, dataset) -> dict[str, float]:
         correct += int((log_probs.argmax(-1) == target_out)[real].sum())
         count += int(real.sum())
     return {
-        "token_accuracy": correct / count,
-        "perplexity": math.exp(-total_log_prob / count),
+        "val_token_accuracy": correct / count,
+        "val_perplexity": math.exp(-total_log_prob / count),
     }
 
 
@@ -571,6 +566,6 @@ def unigram_figures(train, validation, vocabulary_size: int) -> dict[str, float]
         correct += int((ids == counts.argmax()).sum())
         count += len(ids)
     return {
-        "token_accuracy": correct / count,
-        "perplexity": math.exp(-log_prob / count),
+        "val_token_accuracy": correct / count,
+        "val_perplexity": math.exp(-log_prob / count),
     }

@@ -82,13 +82,14 @@ def test_metrics_put_the_model_beside_the_baselines(smoke_run):
     table = json.loads((run_dir / "metrics.json").read_text())["test"]
     assert list(table) == ["model", "copy_source", "unigram"]
     assert set(table["model"]) == {
-        "bleu", "chrf", "bleu_greedy", "chrf_greedy", "token_accuracy", "perplexity",
+        "bleu", "chrf", "bleu_greedy", "chrf_greedy", "val_token_accuracy",
+        "val_perplexity",
     }  # fmt: skip
     assert all(0.0 <= table["model"][name] <= 100.0 for name in ("bleu", "chrf"))
     # Five epochs on 500 pairs translate badly, but the model already predicts the
     # next token better than the source-blind unigram model does.
-    assert table["model"]["perplexity"] < table["unigram"]["perplexity"]
-    assert table["model"]["token_accuracy"] > table["unigram"]["token_accuracy"]
+    assert table["model"]["val_perplexity"] < table["unigram"]["val_perplexity"]
+    assert table["model"]["val_token_accuracy"] > table["unigram"]["val_token_accuracy"]
     # German copied as "English" shares names, numbers and punctuation only.
     assert 0.0 < table["copy_source"]["bleu"] < 5.0
 
