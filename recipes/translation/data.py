@@ -234,6 +234,8 @@ def pair_dataset(
     """
     import tensorflow as tf
 
+    from rnnkit.data.buckets import bucket_by_length
+
     lengths = np.array(
         [max(len(s), len(t)) for s, t in zip(sources, targets, strict=True)]
     )
@@ -266,20 +268,13 @@ def pair_dataset(
         dataset = dataset.shuffle(
             len(sources), seed=seed, reshuffle_each_iteration=True
         ).map(pair)
-        boundaries = [b for b in (8, 12, 16, 20, 25, 30, 40, 50) if b < lengths.max()]
-        dataset = dataset.bucket_by_sequence_length(
+        dataset = bucket_by_length(
+            dataset,
             lambda source, target: tf.maximum(tf.shape(source)[0], tf.shape(target)[0]),
-            bucket_boundaries=[b + 1 for b in boundaries],
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            lengths,
+            [b for b in (8, 12, 16, 20, 25, 30, 40, 50) if b <= lengths.max()],
+            batch_size,
         )
-        # Every bucket yields ceil(size / batch_size) batches whatever the shuffle, so
-        # the epoch length is known; telling Keras avoids its "ran out of data" guess.
-        bucket_sizes = np.bincount(
-            np.searchsorted(boundaries, lengths, side="left"),
-            minlength=len(boundaries) + 1,
-        )
-        batches = int(np.sum(-(-bucket_sizes // batch_size)))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     else:
         dataset = dataset.map(pair).padded_batch(batch_size)
 

@@ -237,3 +237,25 @@ def test_search_space_gives_a_valid_config():
 def test_configs_load():
     for path in (ROOT / "recipes" / "translation" / "configs").glob("*.toml"):
         config_lib.load_toml(TranslationConfig, path)
+
+
+def test_pair_dataset_batches_every_pair_once_with_shifted_targets():
+    from rnnkit_recipes.translation.data import pair_dataset
+
+    sources = [[4 + i] * (1 + i % 23) for i in range(100)]
+    targets = [[2, *([5 + i] * (1 + i % 7)), 3] for i in range(100)]
+    for shuffle in (True, False):
+        seen, batches = [], 0
+        dataset = pair_dataset(sources, targets, 8, shuffle=shuffle, seed=1)
+        for inputs, target_out in dataset:
+            batches += 1
+            source, target_in = inputs["source"].numpy(), inputs["target_in"].numpy()
+            for row in range(len(source)):
+                index = int(source[row, 0]) - 4
+                assert list(source[row][source[row] != 0]) == sources[index]
+                framed = targets[index]
+                assert list(target_in[row, : len(framed) - 1]) == framed[:-1]
+                assert list(target_out.numpy()[row, : len(framed) - 1]) == framed[1:]
+                seen.append(index)
+        assert sorted(seen) == list(range(100))
+        assert batches == int(dataset.cardinality())  # the epoch length Keras is told
