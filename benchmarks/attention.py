@@ -28,6 +28,7 @@ intermediate tensor of the Bahdanau score computation is printed next to it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -185,6 +186,7 @@ def measure_peak_memory(name, impl):
     peaks = {}
     for mode, step in steps(model, x, y).items():
         step()  # trace and warm up
+        gc.collect()  # buffers of the warm-up step held by reference cycles
         with open("/proc/self/clear_refs", "w") as clear_refs:
             clear_refs.write("5")  # resets VmHWM to the current resident set
         before = _memory_kib("VmRSS")
