@@ -14,6 +14,7 @@ A row with no key left to attend to (a padded query, or a source that is all
 padding) gets all-zero weights, so its context vector is exactly zero.
 """
 
+import keras
 from keras import initializers, ops
 
 
@@ -30,7 +31,7 @@ def clone_initializer(initializer):
 
 def large_negative(dtype):
     """A score that softmax turns into an exact zero, representable in `dtype`."""
-    return -3e4 if dtype == "float16" else -1e9
+    return -3e4 if keras.backend.standardize_dtype(dtype) == "float16" else -1e9
 
 
 def causal_mask(query_length, value_length):

@@ -277,20 +277,27 @@ def test_training_step_reduces_loss():
 
 
 def test_mixed_precision_runs_in_float16():
+    """Under mixed_float16 the layer computes in float16, stays close to float32,
+    and padded keys still get exactly zero weight (a float16-sized large negative)."""
     data = inputs(14)
+    value_mask = checks.padding_mask()
     reference = built_layer()
-    expected = keras.ops.convert_to_numpy(reference(**data))
+    expected = keras.ops.convert_to_numpy(reference(**data, value_mask=value_mask))
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
         layer = BahdanauAttention(UNITS, use_bias=True)
         layer(**data)
         layer.set_weights(reference.get_weights())
-        output = layer(**data, value_mask=np.ones((B, TV), bool))
+        output, weights = layer(
+            **data, value_mask=value_mask, return_attention_scores=True
+        )
     finally:
         keras.config.set_dtype_policy(previous)
     assert keras.backend.standardize_dtype(output.dtype) == "float16"
     assert_close(keras.ops.convert_to_numpy(output).astype("float32"), expected, 1e-2)
+    weights = keras.ops.convert_to_numpy(weights)
+    assert np.all(weights[np.broadcast_to(~value_mask[:, None], weights.shape)] == 0)
 
 
 def test_docstring_example():
