@@ -80,8 +80,8 @@ class EncoderDecoder(keras.Model):
         attention: "bahdanau", "dot", "multihead" or "none". Defaults to "bahdanau".
         attention_units: size of the Bahdanau scoring layer. Defaults to `units`.
         num_heads: heads of "multihead" attention (must divide `units`). Defaults to 4.
-        dropout: dropout rate on embeddings, between layers and before the output
-            layer. Defaults to 0.
+        dropout: dropout rate on the embeddings, on every encoder layer's outputs
+            and on the attentional vector before the output layer. Defaults to 0.
         input_feeding: feed the previous context into the next decoder step.
             Defaults to True. Without it, training runs the decoder recurrence over
             the whole target first and attends for all steps at once (faster).
@@ -252,6 +252,11 @@ class EncoderDecoder(keras.Model):
     def build(self, input_shape=None):
         # The weights' shapes follow from the constructor arguments alone, so one call
         # on a dummy batch builds every sublayer, also when a saved model reloads.
+        feeds_context = self.input_feeding or self.attention == "none"
+        input_dim = self.embedding_dim + (self.context_dim if feeds_context else 0)
+        for index, cell in enumerate(self.decoder_cells):
+            # Built ahead of the call: it splits their weights before the first step.
+            cell.build((None, input_dim if index == 0 else self.units))
         if self.attention == "bahdanau":
             # `encode` projects the keys before the first query reaches the layer.
             self.attention_layer.build(
@@ -353,7 +358,9 @@ class EncoderDecoder(keras.Model):
         """
         embedded = self.target_embedding(ops.cast(token_ids, "int32"))  # (batch, E)
         hidden, cell_states = self._cell_stack(
-            self._decoder_input(embedded, state["context"]), state["cells"]
+            self._decoder_input(embedded, state["context"]),
+            state["cells"],
+            [cell.gate_weights() for cell in self.decoder_cells],
         )
         context, weights = self._attend_step(hidden, memory)
         attentional = self.attentional(ops.concatenate([hidden, context], axis=-1))
@@ -373,12 +380,13 @@ class EncoderDecoder(keras.Model):
         embedded = self.dropout_layer(
             self.target_embedding(ops.cast(target_in, "int32")), training=training
         )  # (batch, T, E)
+        cell_weights = [cell.gate_weights() for cell in self.decoder_cells]
         if self.input_feeding and self.attention != "none":
             # The context of step t enters step t + 1: attention runs inside the loop.
             def step(embedded_t, states):
                 *cell_states, context = states
                 hidden, cell_states = self._cell_stack(
-                    self._decoder_input(embedded_t, context), cell_states
+                    self._decoder_input(embedded_t, context), cell_states, cell_weights
                 )
                 context, _ = self._attend_step(hidden, memory)
                 attentional = self.attentional(ops.concatenate([hidden, context], -1))
@@ -390,10 +398,9 @@ class EncoderDecoder(keras.Model):
             context = state["context"]
 
             def step(embedded_t, cell_states):
-                hidden, cell_states = self._cell_stack(
-                    self._decoder_input(embedded_t, context), cell_states
+                return self._cell_stack(
+                    self._decoder_input(embedded_t, context), cell_states, cell_weights
                 )
-                return hidden, cell_states
 
             hidden = self._run_loop(step, embedded, state["cells"])  # (batch, T, units)
             contexts = self._attend_sequence(hidden, memory)  # (batch, T, context)
@@ -409,15 +416,22 @@ class EncoderDecoder(keras.Model):
             return ops.concatenate([embedded, context], axis=-1)  # (batch, E + ctx)
         return embedded
 
-    def _cell_stack(self, inputs, cell_states):
-        """Runs the stacked decoder cells for one step; states are a flat list."""
+    def _cell_stack(self, inputs, cell_states, cell_weights):
+        """Runs the stacked decoder cells for one step; states are a flat list.
+
+        Each cell runs its `step` on weights split once by `gate_weights()`, as the
+        rnnkit recurrent layers do: calling the cell as a layer would cast its states
+        to the compute dtype, and under mixed precision they must stay float32.
+        """
         new_states = []
         x = inputs
-        for index, cell in enumerate(self.decoder_cells):
+        for index, (cell, weights) in enumerate(
+            zip(self.decoder_cells, cell_weights, strict=True)
+        ):
             start = index * self.states_per_cell
             states = list(cell_states[start : start + self.states_per_cell])
-            x, states = cell(x, states)
-            new_states.extend(states if isinstance(states, (list, tuple)) else [states])
+            x, states = cell.step(ops.cast(x, cell.compute_dtype), states, weights)
+            new_states.extend(states)
         return x, new_states
 
     def _run_loop(self, step, embedded, initial_states):

@@ -149,3 +149,25 @@ def test_argument_errors(kwargs, message):
     arguments = dict(source_vocabulary=20, target_vocabulary=12)
     with pytest.raises(ValueError, match=message):
         EncoderDecoder(**{**arguments, **kwargs})
+
+
+@pytest.mark.parametrize("cell_type", ["gru", "lstm"])
+def test_mixed_precision_keeps_decoder_states_in_float32(cell_type):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = tiny_model(cell_type=cell_type, decoder_layers=2)
+        assert logits_of(model).dtype == np.float32
+        memory = model.encode(SOURCE)
+        state = model.initial_decoder_state(memory)
+        _, state, _ = model.decode_step(TARGET_IN[:, 0], state, memory)
+        assert all(s.dtype == "float32" for s in state["cells"])
+        model.compile(
+            optimizer="adam",
+            loss=keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True, ignore_class=0
+            ),
+        )
+        inputs = {"source": SOURCE, "target_in": TARGET_IN}
+        model.fit(inputs, np.array([[4, 5, 6, 7, 3], [8, 9, 3, 0, 0]]), verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
