@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import types
@@ -150,16 +151,22 @@ def test_bad_data_is_a_one_line_error(reviews, values, message):
 
 
 def test_default_source_offline_says_how_to_use_local_files(monkeypatch, tmp_path):
-    def offline(name, **options):
-        raise ConnectionError("Failed to resolve 'storage.googleapis.com'")
+    """Offline, IMDB not downloaded yet: one-line error, not minutes of retries."""
+
+    def offline(host, port, *args, **kwargs):
+        raise OSError(f"[Errno -2] Name or service not known: {host}")
 
     stand_in = types.ModuleType("tensorflow_datasets")
-    stand_in.load = offline
+    stand_in.builder = lambda name, data_dir=None: types.SimpleNamespace(
+        is_prepared=lambda: False
+    )
+    stand_in.load = lambda name, **options: pytest.fail("tried to download")
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", stand_in)
+    monkeypatch.setattr(socket, "getaddrinfo", offline)
     result = invoke("run", "sentiment", "--run-dir", str(tmp_path / "run"))
     assert result.exit_code == 1
     error = _error_line(result.output)
-    assert error.startswith("Error: cannot load imdb_reviews")
+    assert error.startswith("Error: cannot reach ai.stanford.edu")
     assert "data.path=../shared/data/sentiment/imdb_train.csv.gz" in error
 
 
