@@ -209,15 +209,6 @@ def _short_enough(split_tokens, max_length: int, split: str):
     return [sources[i] for i in keep], [targets[i] for i in keep]
 
 
-def pad(sequences: list[list[int]], length: int | None = None) -> np.ndarray:
-    """Right-pads id lists with 0 into a `(len(sequences), length)` int32 array."""
-    length = length or max(map(len, sequences))
-    padded = np.zeros((len(sequences), length), "int32")
-    for row, sequence in enumerate(sequences):
-        padded[row, : len(sequence)] = sequence[:length]
-    return padded
-
-
 def pair_dataset(
     sources: list[list[int]],
     targets: list[list[int]],

@@ -427,8 +427,8 @@ def search(
 
     Returns one `SearchResult` for all sentences, in their original order.
     """
+    import keras
     import numpy as np
-    from rnnkit_recipes.translation.data import pad
 
     from rnnkit import decoding
     from rnnkit.data.parallel_text import END_ID, PAD_ID, START_ID, UNK_ID
@@ -448,8 +448,9 @@ def search(
     parts = []
     for start in range(0, len(order), batch_size):
         # A sentence without tokens still has one, unknown, so the encoder sees it.
-        batch = pad(
-            [source_ids[i] or [UNK_ID] for i in order[start : start + batch_size]]
+        batch = keras.utils.pad_sequences(
+            [source_ids[i] or [UNK_ID] for i in order[start : start + batch_size]],
+            padding="post",
         )
         if beam_width == 1:
             parts.append(decoding.greedy_search(model, batch, **common))
@@ -516,7 +517,10 @@ def _sentences(inputs: Sequence[str]) -> list[str]:
     for item in inputs:
         path = Path(item)
         if path.is_file():
-            lines = path.read_text(encoding="utf-8").splitlines()
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
             sentences += [line for line in lines if line.strip()]
         else:
             sentences.append(item)
