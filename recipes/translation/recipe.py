@@ -193,23 +193,12 @@ class TranslationRecipe(Recipe):
         from rnnkit.models.encoder_decoder import EncoderDecoder
 
         _check(config)
-        model_config = config.model
+        # The model section's fields are the constructor's arguments, name for name.
         model = EncoderDecoder(
             data.source_vocabulary.tokens,
             data.target_vocabulary.tokens,
-            embedding_dim=model_config.embedding_dim,
-            units=model_config.units,
-            cell_type=model_config.cell_type,
-            encoder_layers=model_config.encoder_layers,
-            decoder_layers=model_config.decoder_layers,
-            bidirectional=model_config.bidirectional,
-            attention=model_config.attention,
-            attention_units=model_config.attention_units,
-            num_heads=model_config.num_heads,
-            dropout=model_config.dropout,
-            input_feeding=model_config.input_feeding,
-            reverse_source=model_config.reverse_source,
             seed=config.train.seed,
+            **dataclasses.asdict(config.model),
         )
         model.build()
         model.compile(
