@@ -42,8 +42,14 @@ def shell_commands(block: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("readme")
+    """A scratch checkout: `recipes/` is the repository's and `../shared` (the real
+    data the smoke configs read) lies beside it, as in CI."""
+    folder = tmp_path_factory.mktemp("readme") / "rnnkit"
+    folder.mkdir()
     (folder / "recipes").symlink_to(ROOT / "recipes", target_is_directory=True)
+    shared = ROOT.parent / "shared"
+    if shared.is_dir():
+        (folder.parent / "shared").symlink_to(shared, target_is_directory=True)
     return folder
 
 
