@@ -117,34 +117,42 @@ class LSTMCell(RecurrentCell):
         self._add_bias((4 * self.units,), initializer)
 
     def gate_weights(self):
-        """([W_i, W_f, W_c, W_o], [U_i, U_f, U_c, U_o], [b_i, ...] or None)."""
+        """Per gate g in (i, f, c, o): the stacked [W_g; U_g], shape
+        (input_dim + units, units), and b_g (None without bias).
+
+        By the concatenation identity [x_t, h_{t-1}] [W_g; U_g] = x_t W_g + h_{t-1} U_g,
+        each gate's pre-activation is then one matmul of [x_t, h_{t-1}].
+        """
+        stacked = [
+            ops.concatenate([kernel, recurrent_kernel], axis=0)  # (in + units, units)
+            for kernel, recurrent_kernel in zip(
+                self._split_gates(self.kernel),
+                self._split_gates(self.recurrent_kernel),
+                strict=True,
+            )
+        ]
         biases = self._split_gates(self.bias) if self.use_bias else None
-        return (
-            self._split_gates(self.kernel),
-            self._split_gates(self.recurrent_kernel),
-            biases,
-        )
+        return stacked, biases
+
+    def _pre_activations(self, x_t, h_in, weights):
+        """x_t W_g + h_{t-1} U_g + b_g for g in (i, f, c, o), each (batch, units)."""
+        stacked, biases = weights
+        xh = ops.concatenate([x_t, h_in], axis=-1)  # (batch, input_dim + units)
+        z = [ops.matmul(xh, stacked[gate]) for gate in range(4)]
+        return z if biases is None else [z[gate] + biases[gate] for gate in range(4)]
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
-        """One step from pre-split weights; `states` = [h_{t-1}, c_{t-1}]."""
+        """One step from `gate_weights()`; `states` = [h_{t-1}, c_{t-1}]."""
         h_prev, c_prev = states
-        kernels, recurrent_kernels, biases = weights
         x_t = inputs if input_mask is None else inputs * input_mask
         h_in = ops.cast(h_prev, self.compute_dtype)
         if recurrent_mask is not None:
             h_in = h_in * recurrent_mask
-
-        def pre_activation(gate):
-            # x_t W_gate + h_{t-1} U_gate + b_gate, shape (batch, units)
-            z = ops.matmul(x_t, kernels[gate]) + ops.matmul(
-                h_in, recurrent_kernels[gate]
-            )
-            return z if biases is None else z + biases[gate]
-
-        i_t = self.recurrent_activation(pre_activation(INPUT_GATE))
-        f_t = self.recurrent_activation(pre_activation(FORGET_GATE))
-        g_t = self.activation(pre_activation(CANDIDATE))
-        o_t = self.recurrent_activation(pre_activation(OUTPUT_GATE))
+        z = self._pre_activations(x_t, h_in, weights)
+        i_t = self.recurrent_activation(z[INPUT_GATE])
+        f_t = self.recurrent_activation(z[FORGET_GATE])
+        g_t = self.activation(z[CANDIDATE])
+        o_t = self.recurrent_activation(z[OUTPUT_GATE])
         c_t = ops.cast(f_t, c_prev.dtype) * c_prev + ops.cast(i_t * g_t, c_prev.dtype)
         h_t = o_t * self.activation(ops.cast(c_t, self.compute_dtype))
         return h_t, [ops.cast(h_t, h_prev.dtype), c_t]
@@ -154,15 +162,9 @@ class LSTMCell(RecurrentCell):
 
         Returns `{"input", "forget", "candidate", "output", "cell", "hidden"}`.
         """
-        kernels, recurrent_kernels, biases = self.gate_weights()
         inputs = ops.cast(inputs, self.compute_dtype)
         h_prev, c_prev = (ops.cast(state, self.compute_dtype) for state in states)
-        z = [
-            ops.matmul(inputs, kernels[gate])
-            + ops.matmul(h_prev, recurrent_kernels[gate])
-            + (0 if biases is None else biases[gate])
-            for gate in range(4)
-        ]
+        z = self._pre_activations(inputs, h_prev, self.gate_weights())
         gates = {
             "input": self.recurrent_activation(z[INPUT_GATE]),
             "forget": self.recurrent_activation(z[FORGET_GATE]),
