@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from rnnkit.recipe import (
     DataConfig,
-    DataError,
     Metrics,
     ModelConfig,
     Recipe,
@@ -223,12 +222,17 @@ class SentimentRecipe(Recipe):
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: SentimentConfig
     ) -> list[str]:
+        from rnnkit.data.text import read_inputs
         from rnnkit.models.sequence_classifier import (
             class_names_of,
             class_probabilities,
         )
 
-        texts = _read_inputs(inputs, config.data.encoding)
+        texts = read_inputs(
+            inputs,
+            "nothing to classify: give a text, or a file with one per line",
+            config.data.encoding,
+        )
         probabilities = class_probabilities(model, texts, verbose=0)
         names = class_names_of(model)
         width = max(len(name) for name in names)
@@ -311,25 +315,3 @@ def _bag_of_words_probabilities(
     by_class = np.zeros((len(test), num_classes))
     by_class[:, classifier.classes_] = probabilities
     return by_class
-
-
-def _read_inputs(inputs: Sequence[str], encoding: str) -> list[str]:
-    """Texts from the command line: a path to a file gives one text per non-blank
-    line; anything else is a text itself."""
-    texts: list[str] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_file():
-            try:
-                lines = path.read_text(encoding=encoding).splitlines()
-            except UnicodeDecodeError as error:
-                raise DataError(
-                    f"{path}: not valid {encoding} text ({error.reason}); set "
-                    "data.encoding to the file's encoding"
-                ) from error
-            texts.extend(line.strip() for line in lines if line.strip())
-        elif item.strip():
-            texts.append(item.strip())
-    if not texts:
-        raise DataError("nothing to classify: give a text, or a file with one per line")
-    return texts

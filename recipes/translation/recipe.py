@@ -276,8 +276,11 @@ class TranslationRecipe(Recipe):
         from rnnkit_recipes.translation.data import text_options
 
         from rnnkit.data.parallel_text import Vocabulary
+        from rnnkit.data.text import read_inputs
 
-        sentences = _sentences(inputs)
+        sentences = read_inputs(
+            inputs, "give a sentence to translate, or a file of sentences"
+        )
         # The vocabularies saved with the model, not those of today's data.
         source_vocabulary = Vocabulary(model.source_tokens)
         target_vocabulary = Vocabulary(model.target_tokens)
@@ -496,26 +499,6 @@ def translate(
         model, source_ids, config, beam_width or config.evaluation.beam_width
     )
     return [_detokenize(data.target_vocabulary, tokens[0]) for tokens in result.tokens]
-
-
-def _sentences(inputs: Sequence[str]) -> list[str]:
-    """Command-line inputs: sentences, or files of one sentence per line."""
-    from rnnkit.errors import DataError
-
-    sentences = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_file():
-            try:
-                lines = path.read_text(encoding="utf-8").splitlines()
-            except UnicodeDecodeError as error:
-                raise DataError(f"{path}: not UTF-8 text ({error.reason})") from None
-            sentences += [line for line in lines if line.strip()]
-        else:
-            sentences.append(item)
-    if not sentences:
-        raise DataError("give a sentence to translate, or a file of sentences")
-    return sentences
 
 
 # -- Teacher-forced figures ----------------------------------------------------------

@@ -139,6 +139,30 @@ def read_table(
     return table[text_column].tolist(), table[label_column].tolist()
 
 
+def read_inputs(
+    inputs: Sequence[str], nothing_given: str, encoding: str = "utf-8"
+) -> list[str]:
+    """Texts given on a command line: a path to a file gives one text per non-blank
+    line; anything else is a text itself. `nothing_given` is the error when none is.
+    """
+    texts: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_file():
+            try:
+                lines = path.read_text(encoding=encoding).splitlines()
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{path}: not valid {encoding} text ({error.reason})"
+                ) from error
+            texts.extend(line.strip() for line in lines if line.strip())
+        elif item.strip():
+            texts.append(item.strip())
+    if not texts:
+        raise DataError(nothing_given)
+    return texts
+
+
 def read_aclimdb(
     folder: str | Path, split: str, encoding: str = "utf-8"
 ) -> tuple[list[str], list[str]]:
