@@ -17,6 +17,29 @@ padding) gets all-zero weights, so its context vector is exactly zero.
 import keras
 from keras import initializers, ops
 
+_WEIGHT_OPTIONS = {
+    "kernel_initializer": keras.initializers,
+    "bias_initializer": keras.initializers,
+    "kernel_regularizer": keras.regularizers,
+    "bias_regularizer": keras.regularizers,
+    "kernel_constraint": keras.constraints,
+    "bias_constraint": keras.constraints,
+}
+
+
+def set_weight_options(layer, **options) -> None:
+    """Resolves and stores the kernel/bias initializers, regularizers, constraints."""
+    for name, module in _WEIGHT_OPTIONS.items():
+        setattr(layer, name, module.get(options[name]))
+
+
+def weight_options_config(layer) -> dict:
+    """The serialized kernel/bias initializers, regularizers and constraints."""
+    return {
+        name: module.serialize(getattr(layer, name))
+        for name, module in _WEIGHT_OPTIONS.items()
+    }
+
 
 def clone_initializer(initializer):
     """A fresh copy of `initializer`.

@@ -108,12 +108,15 @@ class BahdanauAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.units = units
         self.use_bias = use_bias
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        _attention.set_weight_options(
+            self,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.supports_masking = True
 
     def build(self, query_shape, value_shape, key_shape=None):
@@ -239,18 +242,7 @@ class BahdanauAttention(keras.layers.Layer):
             {
                 "units": self.units,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                **_attention.weight_options_config(self),
             }
         )
         return config

@@ -122,12 +122,15 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.dropout = dropout
         self.use_bias = use_bias
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        _attention.set_weight_options(
+            self,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
+        )
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if dropout else None
         self.supports_masking = True
@@ -249,18 +252,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "output_dim": self.output_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-                "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                **_attention.weight_options_config(self),
                 "seed": self.seed,
             }
         )
