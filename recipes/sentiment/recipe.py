@@ -64,10 +64,10 @@ class SentimentDataConfig(DataConfig):
         "(0 keeps all); for quick trials.",
     )
     vocabulary_size: int = field(
-        20000, help="Most frequent tokens kept (with padding and out-of-vocabulary)."
+        30000, help="Most frequent tokens kept (with padding and out-of-vocabulary)."
     )
     sequence_length: int = field(
-        400, help="Most tokens of a text that the model reads."
+        800, help="Most tokens of a text that the model reads."
     )
     keep: str = field(
         "first",
@@ -85,20 +85,23 @@ class SentimentModelConfig(ModelConfig):
     cell_type: str = field(
         "gru", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
     )
-    units: int = field(64, help="Units per recurrent layer and direction.")
+    units: int = field(128, help="Units per recurrent layer and direction.")
     num_layers: int = field(1, help="Stacked recurrent layers.")
     bidirectional: bool = field(True, help="Read texts in both directions.")
     embedding_dim: int = field(128, help="Size of the learned word vectors.")
     pooling: str = field(
-        "mean",
-        help="Summary of the text: the last state, or the mean of the outputs.",
-        choices=("last", "mean"),
+        "mean_max",
+        help=(
+            "Summary of the text: the last state, or the mean, the maximum or both"
+            " of the outputs over time."
+        ),
+        choices=("last", "mean", "max", "mean_max"),
     )
     embedding_dropout: float = field(
-        0.2, help="Spatial dropout rate on the word vectors."
+        0.3, help="Spatial dropout rate on the word vectors."
     )
     dropout: float = field(
-        0.3, help="Dropout rate on the recurrent inputs and before the output layer."
+        0.5, help="Dropout rate on the recurrent inputs and before the output layer."
     )
     recurrent_dropout: float = field(
         0.0, help="Dropout rate on the recurrent state (slower when > 0)."
@@ -120,7 +123,7 @@ class SentimentConfig(RecipeConfig):
     data: SentimentDataConfig = section(SentimentDataConfig, "Reviews and tokens.")
     model: SentimentModelConfig = section(SentimentModelConfig, "The classifier.")
     train: SentimentTrainConfig = section(
-        SentimentTrainConfig, "The training loop.", epochs=4, batch_size=64, patience=1
+        SentimentTrainConfig, "The training loop.", epochs=3, batch_size=64, patience=1
     )
 
 

@@ -2,7 +2,8 @@
 
     string -> TextVectorization -> TruncateSequence -> Embedding(mask_zero=True)
            -> [SpatialDropout1D] -> rnnkit LSTM/GRU/SimpleRNN stack (optionally
-              Bidirectional) -> last state or masked mean over time -> Dropout
+              Bidirectional) -> last state, or masked mean / max / both over time
+           -> Dropout
            -> Dense(1, sigmoid) for two classes, Dense(K, softmax) for K > 2
 
 The vocabulary and the text standardization live inside the model, so `model.keras`
@@ -29,7 +30,7 @@ from rnnkit.layers import GRU, LSTM, SimpleRNN
 
 RECURRENT_LAYERS = {"lstm": LSTM, "gru": GRU, "simple_rnn": SimpleRNN}
 CELL_TYPES = tuple(RECURRENT_LAYERS)
-POOLING = ("last", "mean")
+POOLING = ("last", "mean", "max", "mean_max")
 KEEP = ("first", "last")
 
 # Punctuation is replaced by a space (apostrophes are dropped: "don't" -> "dont").
@@ -191,6 +192,49 @@ class ClassificationHead(keras.layers.Dense):
         return {**config, "class_names": self.class_names}
 
 
+@keras.saving.register_keras_serializable(package="rnnkit")
+class MaskedGlobalMaxPooling1D(keras.layers.Layer):
+    """The maximum of each feature over the unmasked time steps.
+
+    `keras.layers.GlobalMaxPooling1D` ignores the mask, so right-padded steps (whose
+    recurrent outputs are copies of the last real step, or zeros) would take part in
+    the maximum; here masked steps are left out. A row with every step masked gives
+    zeros.
+
+    Call arguments:
+        inputs: float tensor (batch, time, features).
+        mask: optional boolean tensor (batch, time), True for real steps; passed by
+            Keras from an `Embedding(mask_zero=True)` upstream.
+
+    Returns:
+        Float tensor (batch, features).
+
+    Example:
+    >>> x = np.array([[[1.0], [5.0], [9.0]]])
+    >>> MaskedGlobalMaxPooling1D()(x, mask=np.array([[True, True, False]]))
+    array([[5.]])
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            return ops.max(inputs, axis=1)
+        mask = ops.cast(mask, "bool")[:, :, None]  # (batch, time, 1)
+        lowest = ops.full_like(inputs, float("-inf"))
+        maxima = ops.max(ops.where(mask, inputs, lowest), axis=1)  # (batch, features)
+        has_steps = ops.any(mask, axis=1)  # (batch, 1)
+        return ops.where(has_steps, maxima, ops.zeros_like(maxima))
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[2])
+
+
 def make_text_vectorizer(
     texts: Sequence[str] | np.ndarray,
     vocabulary_size: int = 20000,
@@ -246,7 +290,9 @@ def build_sequence_classifier(
         num_layers: stacked recurrent layers.
         bidirectional: wrap each recurrent layer in `keras.layers.Bidirectional`.
         pooling: `"last"` reads the final state(s); `"mean"` averages the last
-            layer's outputs over the unmasked time steps.
+            layer's outputs over the unmasked time steps, `"max"` takes their
+            maximum per feature, and `"mean_max"` concatenates both ("concat
+            pooling", Howard & Ruder 2018).
         embedding_dropout: `SpatialDropout1D` rate on the word vectors (drops whole
             embedding channels).
         dropout: dropout rate on the recurrent inputs and before the output layer.
@@ -288,15 +334,26 @@ def build_sequence_classifier(
             units,
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
-            return_sequences=not is_last or pooling == "mean",
+            return_sequences=not is_last or pooling != "last",
             seed=None if seed is None else seed + index,
             name=f"{cell_type}_{index + 1}",
         )
         if bidirectional:
             layer = keras.layers.Bidirectional(layer, name=f"bidirectional_{index + 1}")
         hidden = layer(hidden)  # (batch, [width,] units * directions)
-    if pooling == "mean":
-        hidden = keras.layers.GlobalAveragePooling1D(name="mean_over_time")(hidden)
+    if pooling != "last":
+        summaries = []
+        if pooling in ("mean", "mean_max"):
+            summaries.append(
+                keras.layers.GlobalAveragePooling1D(name="mean_over_time")(hidden)
+            )
+        if pooling in ("max", "mean_max"):
+            summaries.append(MaskedGlobalMaxPooling1D(name="max_over_time")(hidden))
+        hidden = (
+            summaries[0]
+            if len(summaries) == 1
+            else keras.layers.Concatenate(name="mean_and_max")(summaries)
+        )  # (batch, units * directions * len(summaries))
     hidden = keras.layers.Dropout(dropout, seed=seed, name="head_dropout")(hidden)
     probabilities = ClassificationHead(
         class_names, dtype="float32", name="probabilities"

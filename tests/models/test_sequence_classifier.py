@@ -56,7 +56,36 @@ def test_truncate_sequence_leaves_short_batches_short_and_never_empty():
     assert keras.ops.convert_to_numpy(empty).tolist() == [[1], [1]]
 
 
-@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_masked_max_pooling_matches_numpy_and_skips_padding():
+    rng = np.random.default_rng(0)
+    inputs = rng.normal(size=(3, 5, 4)).astype("float32")
+    inputs[0, 3:] = 100.0  # padding that an unmasked maximum would pick
+    mask = np.array(
+        [[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=bool
+    )  # right-padded, left-padded, empty
+    layer = sc.MaskedGlobalMaxPooling1D()
+    variable = tf.Variable(inputs)
+    with tf.GradientTape() as tape:
+        out = layer(variable, mask=tf.constant(mask))
+        loss = tf.reduce_sum(out * np.arange(1, 5, dtype="float32"))
+    expected = np.stack(
+        [inputs[0, :3].max(axis=0), inputs[1, 2:].max(axis=0), np.zeros(4)]
+    )
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=0)
+    # The gradient reaches exactly the arg-max step of each feature, nothing else.
+    expected_gradient = np.zeros_like(inputs)
+    for row, steps in ((0, range(0, 3)), (1, range(2, 5))):
+        winners = np.array(list(steps))[inputs[row, list(steps)].argmax(axis=0)]
+        expected_gradient[row, winners, np.arange(4)] = np.arange(1, 5)
+    np.testing.assert_array_equal(
+        tape.gradient(loss, variable).numpy(), expected_gradient
+    )
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(layer(inputs)), inputs.max(axis=1)
+    )
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "max", "mean_max"])
 def test_texts_without_known_tokens_give_finite_probabilities(vectorizer, pooling):
     model = sc.build_sequence_classifier(
         vectorizer, ["negative", "positive"], units=4, embedding_dim=4, pooling=pooling
@@ -77,7 +106,7 @@ def test_truncate_sequence_validates_arguments(argument, value):
 
 @pytest.mark.parametrize(
     ("argument", "value"),
-    [("cell_type", "transformer"), ("pooling", "max"), ("units", 0)],
+    [("cell_type", "transformer"), ("pooling", "attention"), ("units", 0)],
 )
 def test_builder_validates_arguments(vectorizer, argument, value):
     with pytest.raises(ValueError, match=f"`{argument}`"):
@@ -181,6 +210,7 @@ def test_save_and_reload_in_safe_mode_in_a_fresh_process(vectorizer, reviews, tm
         embedding_dim=8,
         keep="last",
         sequence_length=50,
+        pooling="mean_max",
         seed=2,
     )
     path = tmp_path / "classifier.keras"

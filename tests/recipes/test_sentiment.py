@@ -204,6 +204,20 @@ def test_sst2_tsv_through_the_config(tmp_path):
     assert data.text.class_names == ("negative", "positive")
 
 
+def test_config_files_hold_the_defaults_and_imdb_the_same_model():
+    defaults = SentimentConfig()
+    default_file = config_lib.load_toml(
+        SentimentConfig, ROOT / "recipes/sentiment/configs/default.toml"
+    )
+    assert default_file == defaults
+    imdb = config_lib.load_toml(
+        SentimentConfig, ROOT / "recipes/sentiment/configs/imdb.toml"
+    )
+    assert imdb.model == defaults.model and imdb.train == defaults.train
+    for key in ("vocabulary_size", "sequence_length", "keep"):
+        assert getattr(imdb.data, key) == getattr(defaults.data, key), key
+
+
 def test_search_space_sets_the_documented_keys():
     hp = keras_tuner.HyperParameters()
     config = SentimentRecipe().search_space(hp, SentimentConfig())
