@@ -8,6 +8,12 @@ matrices once per sequence, outside the time loop, and the step runs the gates a
 independent matmuls. On a CPU this trains faster than one fused matmul per step
 followed by a split (see `benchmarks/recurrent.py`).
 
+The input-side biases are folded into the input kernels: the loop reads [x_t, 1] (a
+column of ones appended once per sequence) and each gate's input kernel gets its bias
+as a last row, [W_g; b_g], so that [x_t, 1] [W_g; b_g] = x_t W_g + b_g. A bias added
+inside the loop would cost a reduction over the batch at every step of the backward
+pass (its gradient); folded in, its gradient comes out of the kernel's matmul.
+
 Under a mixed-precision policy the gates are computed in the compute dtype (float16)
 but the recurrent state that is carried from step to step (the LSTM cell state, the
 GRU and simple-RNN hidden state) is kept in float32, so that small updates are not
@@ -41,9 +47,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """Base class of the rnnkit cells: validated arguments, weights, dropout masks.
 
     Subclasses set `num_gates`, implement `build`, `gate_weights` and `step`.
-    `gate_weights()` returns the weights split per gate; `step` computes one time
-    step from them. `call` (the `keras.layers.RNN` cell contract) is `step` with
-    freshly split weights, so a cell also works inside `keras.layers.RNN`.
+    `gate_weights()` returns the weights split per gate, with the input biases as a
+    last row of the input kernels; `step` computes one time step from them and from
+    inputs augmented by `augment_inputs` ([x_t, 1] with biases). `call` (the
+    `keras.layers.RNN` cell contract) is `step` with freshly split weights, so a cell
+    also works inside `keras.layers.RNN`.
     """
 
     num_gates = 1
@@ -126,6 +134,19 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             return [weight]
         return ops.split(weight, self.num_gates, axis=axis)
 
+    def augment_inputs(self, inputs):
+        """[inputs, 1] along the last axis when the cell has biases (which
+        `gate_weights()` puts in the last row of the input kernels), else `inputs`."""
+        if not self.use_bias:
+            return inputs
+        return ops.concatenate([inputs, ops.ones_like(inputs[..., :1])], axis=-1)
+
+    def _with_bias_row(self, kernel, bias):
+        """[kernel; bias] (one more row), or `kernel` when `bias` is None."""
+        if bias is None:
+            return kernel
+        return ops.concatenate([kernel, bias[None, :]], axis=0)
+
     def get_initial_state(self, batch_size=None):
         return [
             ops.zeros((batch_size, size), dtype=STATE_DTYPE)
@@ -152,8 +173,14 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         nested = isinstance(states, (list, tuple))
         states = list(states) if nested else [states]
         input_mask, recurrent_mask = self.dropout_masks(inputs, states[0], training)
+        if input_mask is not None:
+            input_mask = self.augment_inputs(input_mask)  # never drops the bias
         output, new_states = self.step(
-            inputs, states, self.gate_weights(), input_mask, recurrent_mask
+            self.augment_inputs(inputs),
+            states,
+            self.gate_weights(),
+            input_mask,
+            recurrent_mask,
         )
         # A loop we do not own (keras.layers.RNN) carries states in the dtype it chose.
         new_states = [
@@ -291,6 +318,10 @@ class RecurrentLayer(keras.layers.RNN):
         input_mask, recurrent_mask = cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )
+        if input_mask is not None:
+            input_mask = cell.augment_inputs(input_mask)  # never drops the bias
+        steps = sequences.shape[1]
+        sequences = cell.augment_inputs(sequences)  # [x_t, 1], once per sequence
         initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
 
         def step(inputs, states):
@@ -303,7 +334,7 @@ class RecurrentLayer(keras.layers.RNN):
             go_backwards=self.go_backwards,
             mask=mask,
             unroll=self.unroll,
-            input_length=sequences.shape[1],
+            input_length=steps,
             zero_output_for_mask=self.zero_output_for_mask,
             return_all_outputs=self.return_sequences,
         )

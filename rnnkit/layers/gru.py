@@ -91,54 +91,68 @@ class GRUCell(RecurrentCell):
         self._add_bias(shape, self.bias_initializer)
 
     def gate_weights(self):
-        """([W_z, W_r, W_h], [U_z, U_r, U_h], input biases, recurrent biases)."""
-        input_biases = recurrent_biases = None
+        """([W_z; b], [W_r; b], [W_h; b]), [U_z, U_r, U_h], b'_h or None.
+
+        The input kernels carry as a last row every bias that is added outside the
+        reset gate: with `reset_after=True` that is b_z + b'_z, b_r + b'_r and b_h
+        (only b'_h, which r_t multiplies, stays apart); with `reset_after=False` it is
+        b_z, b_r, b_h. Without bias the kernels are W_z, W_r, W_h.
+        """
+        kernels = self._split_gates(self.kernel)
+        recurrent_kernels = self._split_gates(self.recurrent_kernel)
+        input_biases, candidate_bias = [None] * 3, None
         if self.use_bias and self.reset_after:
             bias = ops.cast(self.bias, self.compute_dtype)
-            input_biases = ops.split(bias[0], 3)
-            recurrent_biases = ops.split(bias[1], 3)
+            b, b_prime = ops.split(bias[0], 3), ops.split(bias[1], 3)
+            input_biases = [
+                b[UPDATE_GATE] + b_prime[UPDATE_GATE],
+                b[RESET_GATE] + b_prime[RESET_GATE],
+                b[CANDIDATE],
+            ]
+            candidate_bias = b_prime[CANDIDATE]
         elif self.use_bias:
             input_biases = self._split_gates(self.bias)
-        return (
-            self._split_gates(self.kernel),
-            self._split_gates(self.recurrent_kernel),
-            input_biases,
-            recurrent_biases,
+        kernels = [
+            self._with_bias_row(kernel, bias)
+            for kernel, bias in zip(kernels, input_biases, strict=True)
+        ]
+        return kernels, recurrent_kernels, candidate_bias
+
+    def _gates(self, x_t, h_in, weights):
+        """(z_t, r_t, n_t) from [x_t, 1] and h_{t-1} (both in the compute dtype)."""
+        kernels, recurrent_kernels, candidate_bias = weights
+        z_t = self.recurrent_activation(
+            ops.matmul(x_t, kernels[UPDATE_GATE])
+            + ops.matmul(h_in, recurrent_kernels[UPDATE_GATE])
         )
+        r_t = self.recurrent_activation(
+            ops.matmul(x_t, kernels[RESET_GATE])
+            + ops.matmul(h_in, recurrent_kernels[RESET_GATE])
+        )
+        x_h = ops.matmul(x_t, kernels[CANDIDATE])
+        if self.reset_after:
+            h_h = ops.matmul(h_in, recurrent_kernels[CANDIDATE])
+            if candidate_bias is not None:
+                h_h = h_h + candidate_bias
+            n_t = self.activation(x_h + r_t * h_h)
+        else:
+            n_t = self.activation(
+                x_h + ops.matmul(r_t * h_in, recurrent_kernels[CANDIDATE])
+            )
+        return z_t, r_t, n_t
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
-        """One step from pre-split weights; `states` = [h_{t-1}]."""
+        """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
+        `states` = [h_{t-1}]."""
         (h_prev,) = states
-        kernels, recurrent_kernels, input_biases, recurrent_biases = weights
         x_t = inputs if input_mask is None else inputs * input_mask
         h_in = ops.cast(h_prev, self.compute_dtype)
         if recurrent_mask is not None:
             h_in = h_in * recurrent_mask
-
-        def input_part(gate):  # x_t W_gate + b_gate, (batch, units)
-            x = ops.matmul(x_t, kernels[gate])
-            return x if input_biases is None else x + input_biases[gate]
-
-        def recurrent_part(gate, h):  # h U_gate + b'_gate, (batch, units)
-            r = ops.matmul(h, recurrent_kernels[gate])
-            return r if recurrent_biases is None else r + recurrent_biases[gate]
-
-        z_t = self.recurrent_activation(
-            input_part(UPDATE_GATE) + recurrent_part(UPDATE_GATE, h_in)
-        )
-        r_t = self.recurrent_activation(
-            input_part(RESET_GATE) + recurrent_part(RESET_GATE, h_in)
-        )
-        if self.reset_after:
-            n_t = self.activation(
-                input_part(CANDIDATE) + r_t * recurrent_part(CANDIDATE, h_in)
-            )
-        else:
-            n_t = self.activation(
-                input_part(CANDIDATE) + recurrent_part(CANDIDATE, r_t * h_in)
-            )
-        z_t = ops.cast(z_t, h_prev.dtype)
-        h_t = z_t * h_prev + (1.0 - z_t) * ops.cast(n_t, h_prev.dtype)
+        z_t, _, n_t = self._gates(x_t, h_in, weights)
+        n_t = ops.cast(n_t, h_prev.dtype)
+        # z_t * h_{t-1} + (1 - z_t) * n_t, with one operation fewer per step.
+        h_t = n_t + ops.cast(z_t, h_prev.dtype) * (h_prev - n_t)
         return ops.cast(h_t, self.compute_dtype), [h_t]
 
     def gate_activations(self, inputs, states):
@@ -146,24 +160,10 @@ class GRUCell(RecurrentCell):
 
         Returns `{"update", "reset", "candidate", "hidden"}` (z_t, r_t, n_t, h_t).
         """
-        inputs = ops.cast(inputs, self.compute_dtype)
+        inputs = self.augment_inputs(ops.cast(inputs, self.compute_dtype))
         states = states if isinstance(states, (list, tuple)) else [states]
         h_prev = ops.cast(states[0], self.compute_dtype)
-        kernels, recurrent_kernels, input_biases, recurrent_biases = self.gate_weights()
-        x = [ops.matmul(inputs, kernels[gate]) for gate in range(3)]
-        if input_biases is not None:
-            x = [x[gate] + input_biases[gate] for gate in range(3)]
-
-        def recurrent(gate, h):
-            r = ops.matmul(h, recurrent_kernels[gate])
-            return r if recurrent_biases is None else r + recurrent_biases[gate]
-
-        z_t = self.recurrent_activation(x[UPDATE_GATE] + recurrent(UPDATE_GATE, h_prev))
-        r_t = self.recurrent_activation(x[RESET_GATE] + recurrent(RESET_GATE, h_prev))
-        if self.reset_after:
-            n_t = self.activation(x[CANDIDATE] + r_t * recurrent(CANDIDATE, h_prev))
-        else:
-            n_t = self.activation(x[CANDIDATE] + recurrent(CANDIDATE, r_t * h_prev))
+        z_t, r_t, n_t = self._gates(inputs, h_prev, self.gate_weights())
         hidden = z_t * h_prev + (1.0 - z_t) * n_t
         return {"update": z_t, "reset": r_t, "candidate": n_t, "hidden": hidden}
 

@@ -117,32 +117,35 @@ class LSTMCell(RecurrentCell):
         self._add_bias((4 * self.units,), initializer)
 
     def gate_weights(self):
-        """Per gate g in (i, f, c, o): the stacked [W_g; U_g], shape
-        (input_dim + units, units), and b_g (None without bias).
+        """Per gate g in (i, f, c, o) the stacked [W_g; b_g; U_g], shape
+        (input_dim + 1 + units, units) ([W_g; U_g] without bias).
 
-        By the concatenation identity [x_t, h_{t-1}] [W_g; U_g] = x_t W_g + h_{t-1} U_g,
-        each gate's pre-activation is then one matmul of [x_t, h_{t-1}].
+        By the concatenation identity [x_t, 1, h_{t-1}] [W_g; b_g; U_g]
+        = x_t W_g + b_g + h_{t-1} U_g, each gate's pre-activation is then one matmul
+        of [x_t, 1, h_{t-1}] (the 1 comes from `augment_inputs`).
         """
-        stacked = [
-            ops.concatenate([kernel, recurrent_kernel], axis=0)  # (in + units, units)
-            for kernel, recurrent_kernel in zip(
+        biases = self._split_gates(self.bias) if self.use_bias else [None] * 4
+        return [
+            ops.concatenate(  # (input_dim [+ 1] + units, units)
+                [self._with_bias_row(kernel, bias), recurrent_kernel], axis=0
+            )
+            for kernel, bias, recurrent_kernel in zip(
                 self._split_gates(self.kernel),
+                biases,
                 self._split_gates(self.recurrent_kernel),
                 strict=True,
             )
         ]
-        biases = self._split_gates(self.bias) if self.use_bias else None
-        return stacked, biases
 
-    def _pre_activations(self, x_t, h_in, weights):
-        """x_t W_g + h_{t-1} U_g + b_g for g in (i, f, c, o), each (batch, units)."""
-        stacked, biases = weights
-        xh = ops.concatenate([x_t, h_in], axis=-1)  # (batch, input_dim + units)
-        z = [ops.matmul(xh, stacked[gate]) for gate in range(4)]
-        return z if biases is None else [z[gate] + biases[gate] for gate in range(4)]
+    def _pre_activations(self, x_t, h_in, stacked):
+        """x_t W_g + b_g + h_{t-1} U_g for g in (i, f, c, o), each (batch, units);
+        `x_t` is [x_t, 1] with biases."""
+        xh = ops.concatenate([x_t, h_in], axis=-1)  # (batch, input_dim [+ 1] + units)
+        return [ops.matmul(xh, stacked[gate]) for gate in range(4)]
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
-        """One step from `gate_weights()`; `states` = [h_{t-1}, c_{t-1}]."""
+        """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
+        `states` = [h_{t-1}, c_{t-1}]."""
         h_prev, c_prev = states
         x_t = inputs if input_mask is None else inputs * input_mask
         h_in = ops.cast(h_prev, self.compute_dtype)
@@ -162,7 +165,7 @@ class LSTMCell(RecurrentCell):
 
         Returns `{"input", "forget", "candidate", "output", "cell", "hidden"}`.
         """
-        inputs = ops.cast(inputs, self.compute_dtype)
+        inputs = self.augment_inputs(ops.cast(inputs, self.compute_dtype))
         h_prev, c_prev = (ops.cast(state, self.compute_dtype) for state in states)
         z = self._pre_activations(inputs, h_prev, self.gate_weights())
         gates = {

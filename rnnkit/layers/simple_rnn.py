@@ -57,23 +57,23 @@ class SimpleRNNCell(RecurrentCell):
         self._add_bias((self.units,), self.bias_initializer)
 
     def gate_weights(self):
-        """(W_xh, W_hh, b_h or None), in the compute dtype."""
+        """([W_xh; b_h] (or W_xh without bias), W_hh), in the compute dtype."""
         (kernel,) = self._split_gates(self.kernel)
         (recurrent_kernel,) = self._split_gates(self.recurrent_kernel)
         bias = self._split_gates(self.bias)[0] if self.use_bias else None
-        return kernel, recurrent_kernel, bias
+        return self._with_bias_row(kernel, bias), recurrent_kernel
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
-        """One step from the weights; `states` = [h_{t-1}]."""
+        """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
+        `states` = [h_{t-1}]."""
         (h_prev,) = states
-        kernel, recurrent_kernel, bias = weights
+        kernel, recurrent_kernel = weights
         x_t = inputs if input_mask is None else inputs * input_mask
         h_in = ops.cast(h_prev, self.compute_dtype)
         if recurrent_mask is not None:
             h_in = h_in * recurrent_mask
+        # [x_t, 1] [W_xh; b_h] + h_{t-1} W_hh = x_t W_xh + h_{t-1} W_hh + b_h
         z_t = ops.matmul(x_t, kernel) + ops.matmul(h_in, recurrent_kernel)  # (b, u)
-        if bias is not None:
-            z_t = z_t + bias
         h_t = self.activation(z_t) if self.activation is not None else z_t
         return h_t, [ops.cast(h_t, h_prev.dtype)]
 

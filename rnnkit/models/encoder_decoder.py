@@ -419,8 +419,9 @@ class EncoderDecoder(keras.Model):
     def _cell_stack(self, inputs, cell_states, cell_weights):
         """Runs the stacked decoder cells for one step; states are a flat list.
 
-        Each cell runs its `step` on weights split once by `gate_weights()`, as the
-        rnnkit recurrent layers do: calling the cell as a layer would cast its states
+        Each cell runs its `step` on weights split once by `gate_weights()` and on
+        inputs with the ones column of `augment_inputs`, as the rnnkit recurrent
+        layers do: calling the cell as a layer would cast its states
         to the compute dtype, and under mixed precision they must stay float32.
         """
         new_states = []
@@ -430,7 +431,8 @@ class EncoderDecoder(keras.Model):
         ):
             start = index * self.states_per_cell
             states = list(cell_states[start : start + self.states_per_cell])
-            x, states = cell.step(ops.cast(x, cell.compute_dtype), states, weights)
+            x = cell.augment_inputs(ops.cast(x, cell.compute_dtype))  # [x_t, 1]
+            x, states = cell.step(x, states, weights)
             new_states.extend(states)
         return x, new_states
 

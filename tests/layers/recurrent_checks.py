@@ -233,6 +233,35 @@ def check_bidirectional_parity(family: Family):
     assert_close(dx_a, dx_b, what="bidirectional input gradients")
 
 
+def check_input_dropout_keeps_the_bias(family: Family):
+    """Input dropout drops inputs, never the biases (folded into the input kernels):
+    on all-zero inputs a training call with dropout equals one without, in the
+    layer's own loop and with the cell inside keras.layers.RNN."""
+    x = np.zeros((BATCH, STEPS, FEATURES), "float32")
+    initial = [
+        np.random.RandomState(9).randn(BATCH, UNITS).astype("float32")
+        for _ in range(family.num_states)
+    ]
+    reference = family.layer(UNITS, return_sequences=True)
+    reference(x, initial_state=initial)
+    for variable in reference.trainable_variables:
+        variable.assign(np.random.RandomState(4).uniform(-0.6, 0.6, variable.shape))
+    expected = keras.ops.convert_to_numpy(reference(x, initial_state=initial))
+    dropped = [
+        family.layer(UNITS, return_sequences=True, dropout=0.5, seed=1),
+        keras.layers.RNN(
+            family.cell(UNITS, dropout=0.5, seed=1), return_sequences=True
+        ),
+    ]
+    for layer in dropped:
+        layer(x, initial_state=initial)
+        layer.set_weights(reference.get_weights())
+        outputs = layer(x, initial_state=initial, training=True)
+        assert_close(
+            keras.ops.convert_to_numpy(outputs), expected, what=type(layer).__name__
+        )
+
+
 def check_cell_in_keras_rnn(family: Family):
     """The cell works in keras.layers.RNN and StackedRNNCells like the layer."""
     x = random_inputs(5)

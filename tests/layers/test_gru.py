@@ -73,6 +73,10 @@ def test_embedding_mask_ignores_padding():
     checks.check_embedding_mask_ignores_padding(FAMILY)
 
 
+def test_input_dropout_keeps_the_bias():
+    checks.check_input_dropout_keeps_the_bias(FAMILY)
+
+
 def test_stateful_and_reset_state():
     checks.check_stateful(FAMILY)
 
