@@ -67,9 +67,9 @@ def main() -> None:
         overrides["train.epochs"] = args.epochs
     config = config_lib.resolve(recipe.Config, args.config, overrides)
 
-    variants = {"bahdanau attention": config}
-    if args.ablation:
-        variants["no attention"] = config.with_values({"model.attention": "none"})
+    variants = {f"attention={config.model.attention}": config}
+    if args.ablation and config.model.attention != "none":
+        variants["attention=none"] = config.with_values({"model.attention": "none"})
     results = {
         name: train(recipe, variant, args.runs_root)
         for name, variant in variants.items()
