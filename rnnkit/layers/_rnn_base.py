@@ -18,6 +18,10 @@ Under a mixed-precision policy the gates are computed in the compute dtype (floa
 but the recurrent state that is carried from step to step (the LSTM cell state, the
 GRU and simple-RNN hidden state) is kept in float32, so that small updates are not
 rounded away over long sequences.
+
+In training on the TensorFlow backend, the backward pass through the loop is written
+out by hand (`_bptt.py`): the weight gradients come out of one large matmul over all
+steps instead of one small matmul and one accumulation per step and weight.
 """
 
 from __future__ import annotations
@@ -43,6 +47,25 @@ def _check_rate(name: str, value: float) -> float:
     return float(value)
 
 
+def _activation_name(function) -> str:
+    return keras.activations.serialize(function) if function else "linear"
+
+
+# The derivative of an activation written through its output y = phi(a), phi'(a) = f(y),
+# for the activations the hand-written backward pass knows.
+_DERIVATIVE_FROM_OUTPUT = {
+    "tanh": lambda y: 1.0 - y * y,
+    "sigmoid": lambda y: y * (1.0 - y),
+    "relu": lambda y: ops.cast(y > 0, y.dtype),
+    "linear": lambda y: ops.ones_like(y),
+}
+
+
+def derivative_from_output(function):
+    """f with phi'(a) = f(phi(a)) for `function` = phi, or None when not known."""
+    return _DERIVATIVE_FROM_OUTPUT.get(_activation_name(function))
+
+
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     """Base class of the rnnkit cells: validated arguments, weights, dropout masks.
 
@@ -52,9 +75,15 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     inputs augmented by `augment_inputs` ([x_t, 1] with biases). `call` (the
     `keras.layers.RNN` cell contract) is `step` with freshly split weights, so a cell
     also works inside `keras.layers.RNN`.
+
+    A cell that also implements `bptt_weights`, `bptt_forward`, `bptt_backward_context`,
+    `bptt_backward` and `bptt_weight_gradients` (and sets `bptt_num_saved` and
+    `bptt_num_emitted`) trains with the hand-written backward pass of `_bptt.run`.
     """
 
     num_gates = 1
+    bptt_num_saved = None  # tensors stored per step by `bptt_forward`
+    bptt_num_emitted = None  # tensors stored per step by `bptt_backward`
 
     def __init__(
         self,
@@ -169,6 +198,21 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         )
         return input_mask, recurrent_mask
 
+    def bptt_blockers(self) -> list[str]:
+        """Reasons this cell cannot use the hand-written backward pass (empty: it
+        can)."""
+        if self.bptt_num_saved is None:
+            return ["no hand-written backward pass for this cell"]
+        reasons = []
+        if self.compute_dtype != "float32":
+            reasons.append(f"compute dtype {self.compute_dtype}")
+        if self.recurrent_dropout > 0:
+            reasons.append(f"recurrent_dropout={self.recurrent_dropout} > 0")
+        for name in ("activation", "recurrent_activation"):
+            if hasattr(self, name) and not derivative_from_output(getattr(self, name)):
+                reasons.append(f"{name}={_activation_name(getattr(self, name))}")
+        return reasons
+
     def call(self, inputs, states, training=False):
         nested = isinstance(states, (list, tuple))
         states = list(states) if nested else [states]
@@ -215,10 +259,6 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             "seed": self.seed,
         }
         return {**super().get_config(), **config}
-
-
-def _activation_name(function) -> str:
-    return keras.activations.serialize(function) if function else "linear"
 
 
 class RecurrentLayer(keras.layers.RNN):
@@ -307,14 +347,38 @@ class RecurrentLayer(keras.layers.RNN):
                 f"{'; '.join(blockers)}. Pass use_cudnn='auto' to fall back to the "
                 "generic loop."
             )
-        self.execution_path = f"generic loop: {'; '.join(blockers)}"
-        return self._generic_loop(sequences, initial_state, mask, training)
+        path = "generic loop"
+        hand_written = False
+        if training:
+            # Only a training call takes the hand-written backward pass: its forward
+            # loop stores what the backward loop needs, which inference need not pay.
+            reasons = self._bptt_blockers()
+            hand_written = not reasons
+            path += (
+                ", hand-written BPTT"
+                if hand_written
+                else f", autodiff BPTT ({'; '.join(reasons)})"
+            )
+        self.execution_path = f"{path}: {'; '.join(blockers)}"
+        return self._generic_loop(
+            sequences, initial_state, mask, training, hand_written
+        )
 
-    def _generic_loop(self, sequences, initial_state, mask, training):
+    def _bptt_blockers(self) -> list[str]:
+        """Reasons a training call cannot use the hand-written backward pass."""
+        reasons = []
+        if keras.backend.backend() != "tensorflow":
+            reasons.append(f"backend is {keras.backend.backend()}")
+        if self.unroll:
+            reasons.append("unroll=True")
+        return reasons + self.cell.bptt_blockers()
+
+    def _generic_loop(
+        self, sequences, initial_state, mask, training, hand_written=False
+    ):
         cell = self.cell
         # Split the weights and draw the dropout masks once per sequence, outside the
         # loop: every step reuses them (variational dropout, Gal & Ghahramani 2016).
-        weights = cell.gate_weights()
         input_mask, recurrent_mask = cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )
@@ -323,6 +387,11 @@ class RecurrentLayer(keras.layers.RNN):
         steps = sequences.shape[1]
         sequences = cell.augment_inputs(sequences)  # [x_t, 1], once per sequence
         initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
+        if hand_written:
+            return self._hand_written_bptt_loop(
+                sequences, initial_state, mask, input_mask
+            )
+        weights = cell.gate_weights()
 
         def step(inputs, states):
             return cell.step(inputs, states, weights, input_mask, recurrent_mask)
@@ -338,6 +407,34 @@ class RecurrentLayer(keras.layers.RNN):
             zero_output_for_mask=self.zero_output_for_mask,
             return_all_outputs=self.return_sequences,
         )
+
+    def _hand_written_bptt_loop(self, sequences, initial_state, mask, input_mask):
+        """`_generic_loop` with the backward pass of `_bptt.run`; returns what
+        `keras_backend.rnn` returns, with the same masking semantics."""
+        from rnnkit.layers import _bptt
+
+        if input_mask is not None:
+            sequences = sequences * input_mask[:, None, :]
+        inputs = ops.transpose(sequences, (1, 0, 2))  # time-major
+        if mask is not None:
+            mask = ops.transpose(ops.cast(mask, "bool"), (1, 0))[..., None]
+        if self.go_backwards:
+            inputs = ops.flip(inputs, axis=0)
+            mask = None if mask is None else ops.flip(mask, axis=0)
+        hidden, final_states = _bptt.run(
+            self.cell, inputs, mask, initial_state, self.cell.bptt_weights()
+        )
+        outputs = hidden
+        if mask is not None:
+            # As keras_backend.rnn: a masked step outputs zeros (zero_output_for_mask)
+            # or repeats the last output, which is zeros before the first kept step.
+            shown = (
+                mask
+                if self.zero_output_for_mask
+                else ops.cumsum(ops.cast(mask, "int32"), axis=0) > 0
+            )
+            outputs = ops.where(shown, hidden, ops.zeros_like(hidden))
+        return outputs[-1], ops.transpose(outputs, (1, 0, 2)), final_states
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
         return super().call(

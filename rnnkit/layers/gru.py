@@ -9,6 +9,7 @@ from rnnkit.layers._rnn_base import (
     RecurrentCell,
     RecurrentLayer,
     _activation_name,
+    derivative_from_output,
     keras_backend,
 )
 
@@ -91,15 +92,20 @@ class GRUCell(RecurrentCell):
         self._add_bias(shape, self.bias_initializer)
 
     def gate_weights(self):
-        """([W_z; b], [W_r; b], [W_h; b]), [U_z, U_r, U_h], b'_h or None.
+        """([W_z; b], [W_r; b], [W_h; b]), U, b'_h or None.
 
         The input kernels carry as a last row every bias that is added outside the
         reset gate: with `reset_after=True` that is b_z + b'_z, b_r + b'_r and b_h
         (only b'_h, which r_t multiplies, stays apart); with `reset_after=False` it is
-        b_z, b_r, b_h. Without bias the kernels are W_z, W_r, W_h.
+        b_z, b_r, b_h. Without bias the kernels are W_z, W_r, W_h. The recurrent
+        kernel stays whole for one matmul per step, U = [U_z U_r U_h] with
+        `reset_after=True`; with `reset_after=False` it is the pair ([U_z U_r], U_h),
+        because U_h multiplies r_t * h_{t-1}.
         """
         kernels = self._split_gates(self.kernel)
-        recurrent_kernels = self._split_gates(self.recurrent_kernel)
+        recurrent = ops.cast(self.recurrent_kernel, self.compute_dtype)
+        if not self.reset_after:
+            recurrent = (recurrent[:, : 2 * self.units], recurrent[:, 2 * self.units :])
         input_biases, candidate_bias = [None] * 3, None
         if self.use_bias and self.reset_after:
             bias = ops.cast(self.bias, self.compute_dtype)
@@ -116,30 +122,27 @@ class GRUCell(RecurrentCell):
             self._with_bias_row(kernel, bias)
             for kernel, bias in zip(kernels, input_biases, strict=True)
         ]
-        return kernels, recurrent_kernels, candidate_bias
+        return kernels, recurrent, candidate_bias
 
     def _gates(self, x_t, h_in, weights):
-        """(z_t, r_t, n_t) from [x_t, 1] and h_{t-1} (both in the compute dtype)."""
-        kernels, recurrent_kernels, candidate_bias = weights
-        z_t = self.recurrent_activation(
-            ops.matmul(x_t, kernels[UPDATE_GATE])
-            + ops.matmul(h_in, recurrent_kernels[UPDATE_GATE])
-        )
-        r_t = self.recurrent_activation(
-            ops.matmul(x_t, kernels[RESET_GATE])
-            + ops.matmul(h_in, recurrent_kernels[RESET_GATE])
-        )
-        x_h = ops.matmul(x_t, kernels[CANDIDATE])
+        """(z_t, r_t, n_t, h_{t-1} U_h + b'_h) from [x_t, 1] and h_{t-1} (both in the
+        compute dtype); the last is None with `reset_after=False`."""
+        kernels, recurrent, candidate_bias = weights
+        x_z, x_r, x_h = (ops.matmul(x_t, kernel) for kernel in kernels)
         if self.reset_after:
-            h_h = ops.matmul(h_in, recurrent_kernels[CANDIDATE])
+            h_z, h_r, h_h = ops.split(ops.matmul(h_in, recurrent), 3, axis=-1)
             if candidate_bias is not None:
                 h_h = h_h + candidate_bias
+        else:
+            h_z, h_r = ops.split(ops.matmul(h_in, recurrent[0]), 2, axis=-1)
+            h_h = None
+        z_t = self.recurrent_activation(x_z + h_z)
+        r_t = self.recurrent_activation(x_r + h_r)
+        if self.reset_after:
             n_t = self.activation(x_h + r_t * h_h)
         else:
-            n_t = self.activation(
-                x_h + ops.matmul(r_t * h_in, recurrent_kernels[CANDIDATE])
-            )
-        return z_t, r_t, n_t
+            n_t = self.activation(x_h + ops.matmul(r_t * h_in, recurrent[1]))
+        return z_t, r_t, n_t, h_h
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
         """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
@@ -149,11 +152,78 @@ class GRUCell(RecurrentCell):
         h_in = ops.cast(h_prev, self.compute_dtype)
         if recurrent_mask is not None:
             h_in = h_in * recurrent_mask
-        z_t, _, n_t = self._gates(x_t, h_in, weights)
+        z_t, _, n_t, _ = self._gates(x_t, h_in, weights)
         n_t = ops.cast(n_t, h_prev.dtype)
         # z_t * h_{t-1} + (1 - z_t) * n_t, with one operation fewer per step.
         h_t = n_t + ops.cast(z_t, h_prev.dtype) * (h_prev - n_t)
         return ops.cast(h_t, self.compute_dtype), [h_t]
+
+    # The hand-written backward pass (`_bptt.run`), for `reset_after=True`. With
+    # dh = dL/dh_t, and a' the derivative of the pre-activation a of each gate:
+    #   z' = dh (h_{t-1} - n_t) sigma'      n' = dh (1 - z_t) phi'
+    #   r' = n' (h_{t-1} U_h + b'_h) sigma'  dL/d(h_{t-1} U_h + b'_h) = n' r_t
+    #   dL/dh_{t-1} = dh z_t + [z' r' n' r_t] U^T
+    # Each is dh times a factor that the forward step stores.
+    bptt_num_saved = 3  # z_t, the factors of [z' r' n'] and of [z' r' n' r_t]
+    bptt_num_emitted = 2  # G_x = [z' r' n'], G_h = [z' r' n' r_t]
+
+    def bptt_blockers(self):
+        reasons = super().bptt_blockers()
+        if not self.reset_after:
+            reasons.append("reset_after=False")
+        return reasons
+
+    def bptt_weights(self):
+        kernels, recurrent, candidate_bias = self.gate_weights()
+        extra = () if candidate_bias is None else (candidate_bias,)
+        return (*kernels, recurrent, *extra)
+
+    def _bptt_unpack(self, weights):
+        return weights[:3], weights[3], (weights[4] if len(weights) > 4 else None)
+
+    def bptt_forward(self, x_t, states, weights):
+        (h_prev,) = states
+        z_t, r_t, n_t, h_h = self._gates(x_t, h_prev, self._bptt_unpack(weights))
+        difference = h_prev - n_t
+        h_t = n_t + z_t * difference
+        sigma_prime = derivative_from_output(self.recurrent_activation)
+        n_factor = (1.0 - z_t) * derivative_from_output(self.activation)(n_t)
+        z_r = ops.concatenate(
+            [difference * sigma_prime(z_t), n_factor * h_h * sigma_prime(r_t)], axis=-1
+        )
+        saved = (
+            z_t,
+            ops.concatenate([z_r, n_factor], axis=-1),
+            ops.concatenate([z_r, n_factor * r_t], axis=-1),
+        )
+        return [h_t], saved
+
+    def bptt_backward_context(self, weights):
+        return ops.transpose(weights[3])  # U^T, (3 units, units)
+
+    def bptt_backward(self, d_states, saved, recurrent_t):
+        (dh,) = d_states
+        z_t, factors_x, factors_h = saved
+        dh3 = ops.concatenate([dh, dh, dh], axis=-1)
+        g_h = dh3 * factors_h
+        return [dh * z_t + ops.matmul(g_h, recurrent_t)], (dh3 * factors_x, g_h)
+
+    def bptt_weight_gradients(self, inputs, previous, emitted, weights):
+        kernels, _, candidate_bias = self._bptt_unpack(weights)
+        g_x, g_h = (ops.reshape(g, (-1, 3 * self.units)) for g in emitted)
+        x = ops.reshape(inputs, (-1, inputs.shape[-1]))
+        d_kernels = ops.split(ops.matmul(ops.transpose(x), g_x), 3, axis=-1)
+        d_recurrent = ops.matmul(
+            ops.transpose(ops.reshape(previous, (-1, self.units))), g_h
+        )
+        kernel = ops.concatenate(kernels, axis=-1)
+        d_inputs = ops.reshape(
+            ops.matmul(g_x, ops.transpose(kernel)), ops.shape(inputs)
+        )
+        extra = ()
+        if candidate_bias is not None:
+            extra = (ops.sum(g_h[:, 2 * self.units :], axis=0),)
+        return d_inputs, (*d_kernels, d_recurrent, *extra)
 
     def gate_activations(self, inputs, states):
         """The gates of one step, for teaching: dict of (batch, units) tensors.
@@ -163,7 +233,7 @@ class GRUCell(RecurrentCell):
         inputs = self.augment_inputs(ops.cast(inputs, self.compute_dtype))
         states = states if isinstance(states, (list, tuple)) else [states]
         h_prev = ops.cast(states[0], self.compute_dtype)
-        z_t, r_t, n_t = self._gates(inputs, h_prev, self.gate_weights())
+        z_t, r_t, n_t, _ = self._gates(inputs, h_prev, self.gate_weights())
         hidden = z_t * h_prev + (1.0 - z_t) * n_t
         return {"update": z_t, "reset": r_t, "candidate": n_t, "hidden": hidden}
 
@@ -185,7 +255,10 @@ class GRU(RecurrentLayer):
     configuration that cuDNN supports (tanh/sigmoid, `use_bias`,
     `reset_after=True`, no `recurrent_dropout`, no `unroll`, right-padded masks)
     runs through the fused cuDNN kernel with the same weights; otherwise a generic
-    loop runs the cell. `execution_path` says which path the last call took and why.
+    loop runs the cell, and a training call on TensorFlow differentiates it with the
+    hand-written backward pass of `rnnkit.layers._bptt` (weight gradients as one
+    matmul over all steps). `execution_path` says which path the last call took and
+    why.
 
     Args:
         units, activation, recurrent_activation, use_bias, kernel_initializer,

@@ -9,6 +9,7 @@ from rnnkit.layers._rnn_base import (
     RecurrentCell,
     RecurrentLayer,
     _activation_name,
+    derivative_from_output,
     keras_backend,
 )
 
@@ -143,6 +144,16 @@ class LSTMCell(RecurrentCell):
         xh = ops.concatenate([x_t, h_in], axis=-1)  # (batch, input_dim [+ 1] + units)
         return [ops.matmul(xh, stacked[gate]) for gate in range(4)]
 
+    def _gate_values(self, x_t, h_in, stacked):
+        """(i_t, f_t, g_t, o_t) from [x_t, 1] and h_{t-1} (compute dtype)."""
+        z = self._pre_activations(x_t, h_in, stacked)
+        return (
+            self.recurrent_activation(z[INPUT_GATE]),
+            self.recurrent_activation(z[FORGET_GATE]),
+            self.activation(z[CANDIDATE]),
+            self.recurrent_activation(z[OUTPUT_GATE]),
+        )
+
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
         """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
         `states` = [h_{t-1}, c_{t-1}]."""
@@ -151,14 +162,74 @@ class LSTMCell(RecurrentCell):
         h_in = ops.cast(h_prev, self.compute_dtype)
         if recurrent_mask is not None:
             h_in = h_in * recurrent_mask
-        z = self._pre_activations(x_t, h_in, weights)
-        i_t = self.recurrent_activation(z[INPUT_GATE])
-        f_t = self.recurrent_activation(z[FORGET_GATE])
-        g_t = self.activation(z[CANDIDATE])
-        o_t = self.recurrent_activation(z[OUTPUT_GATE])
+        i_t, f_t, g_t, o_t = self._gate_values(x_t, h_in, weights)
         c_t = ops.cast(f_t, c_prev.dtype) * c_prev + ops.cast(i_t * g_t, c_prev.dtype)
         h_t = o_t * self.activation(ops.cast(c_t, self.compute_dtype))
         return h_t, [ops.cast(h_t, h_prev.dtype), c_t]
+
+    # The hand-written backward pass (`_bptt.run`). With dh, dc the gradients of h_t
+    # and c_t, and a' the derivative of each gate's pre-activation a:
+    #   dc~ = dc + dh o_t phi'(c_t)         (all of c_t's gradient)
+    #   i' = dc~ g_t sigma'   f' = dc~ c_{t-1} sigma'   g' = dc~ i_t phi'
+    #   o' = dh phi(c_t) sigma'
+    #   dL/dh_{t-1} = [i' f' g' o'] U^T     dL/dc_{t-1} = dc~ f_t
+    # Each is dh or dc~ times a factor that the forward step stores.
+    bptt_num_saved = 4  # factors of [i' f' g'], of o' and of dc~; f_t
+    bptt_num_emitted = 1  # G = [i' f' g' o']
+
+    def bptt_weights(self):
+        return tuple(self.gate_weights())
+
+    def bptt_forward(self, x_t, states, weights):
+        h_prev, c_prev = states
+        i_t, f_t, g_t, o_t = self._gate_values(x_t, h_prev, weights)
+        c_t = f_t * c_prev + i_t * g_t
+        phi_c = self.activation(c_t)
+        sigma_prime = derivative_from_output(self.recurrent_activation)
+        phi_prime = derivative_from_output(self.activation)
+        saved = (
+            ops.concatenate(
+                [
+                    g_t * sigma_prime(i_t),
+                    c_prev * sigma_prime(f_t),
+                    i_t * phi_prime(g_t),
+                ],
+                axis=-1,
+            ),
+            phi_c * sigma_prime(o_t),
+            o_t * phi_prime(phi_c),
+            f_t,
+        )
+        return [o_t * phi_c, c_t], saved
+
+    def bptt_backward_context(self, weights):
+        # U^T (4 units, units): the recurrent rows of the stacked [W_g; b_g; U_g].
+        input_rows = weights[0].shape[0] - self.units
+        return ops.transpose(
+            ops.concatenate([w[input_rows:] for w in weights], axis=-1)
+        )
+
+    def bptt_backward(self, d_states, saved, recurrent_t):
+        dh, dc = d_states
+        factors_ifg, factor_o, factor_c, f_t = saved
+        dc = dc + dh * factor_c
+        g = ops.concatenate(
+            [ops.concatenate([dc, dc, dc], axis=-1) * factors_ifg, dh * factor_o],
+            axis=-1,
+        )
+        return [ops.matmul(g, recurrent_t), dc * f_t], (g,)
+
+    def bptt_weight_gradients(self, inputs, previous, emitted, weights):
+        g = ops.reshape(emitted[0], (-1, 4 * self.units))
+        input_rows = inputs.shape[-1]
+        # d[W_g; b_g; U_g] = [x_t, 1, h_{t-1}]^T G_g, summed over steps and batch.
+        xh = ops.reshape(
+            ops.concatenate([inputs, previous], axis=-1), (-1, input_rows + self.units)
+        )
+        d_stacked = ops.split(ops.matmul(ops.transpose(xh), g), 4, axis=-1)
+        kernel = ops.concatenate([w[:input_rows] for w in weights], axis=-1)
+        d_inputs = ops.reshape(ops.matmul(g, ops.transpose(kernel)), ops.shape(inputs))
+        return d_inputs, tuple(d_stacked)
 
     def gate_activations(self, inputs, states):
         """The four gates of one step, for teaching: dict of (batch, units) tensors.
@@ -195,7 +266,9 @@ class LSTM(RecurrentLayer):
     reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
     configuration that cuDNN supports (tanh/sigmoid, `use_bias`, no
     `recurrent_dropout`, no `unroll`, right-padded masks) runs through the fused cuDNN
-    kernel with the very same weights; otherwise a generic loop runs the cell.
+    kernel with the very same weights; otherwise a generic loop runs the cell, and a
+    training call on TensorFlow differentiates it with the hand-written backward pass
+    of `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
     `execution_path` says which path the last call took and why.
 
     Args:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from rnnkit.layers._rnn_base import RecurrentCell, RecurrentLayer
+from rnnkit.layers._rnn_base import (
+    RecurrentCell,
+    RecurrentLayer,
+    derivative_from_output,
+)
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -77,6 +81,36 @@ class SimpleRNNCell(RecurrentCell):
         h_t = self.activation(z_t) if self.activation is not None else z_t
         return h_t, [ops.cast(h_t, h_prev.dtype)]
 
+    # The hand-written backward pass (`_bptt.run`): with dh = dL/dh_t,
+    #   a' = dh phi'(a_t)      dL/dh_{t-1} = a' W_hh^T
+    bptt_num_saved = 1  # phi'(a_t)
+    bptt_num_emitted = 1  # a'
+
+    def bptt_weights(self):
+        return tuple(self.gate_weights())
+
+    def bptt_forward(self, x_t, states, weights):
+        _, (h_t,) = self.step(x_t, states, weights)
+        return [h_t], (derivative_from_output(self.activation)(h_t),)
+
+    def bptt_backward_context(self, weights):
+        return ops.transpose(weights[1])
+
+    def bptt_backward(self, d_states, saved, recurrent_t):
+        g = d_states[0] * saved[0]
+        return [ops.matmul(g, recurrent_t)], (g,)
+
+    def bptt_weight_gradients(self, inputs, previous, emitted, weights):
+        kernel, _ = weights
+        g = ops.reshape(emitted[0], (-1, self.units))
+        x = ops.reshape(inputs, (-1, inputs.shape[-1]))
+        h = ops.reshape(previous, (-1, self.units))
+        d_inputs = ops.reshape(ops.matmul(g, ops.transpose(kernel)), ops.shape(inputs))
+        return d_inputs, (
+            ops.matmul(ops.transpose(x), g),
+            ops.matmul(ops.transpose(h), g),
+        )
+
 
 @keras.saving.register_keras_serializable(package="rnnkit")
 class SimpleRNN(RecurrentLayer):
@@ -85,7 +119,9 @@ class SimpleRNN(RecurrentLayer):
     Runs `SimpleRNNCell` over a sequence. Takes the arguments of
     `keras.layers.SimpleRNN` and stores the same weights, so
     `rnn.set_weights(keras_rnn.get_weights())` (and the reverse) gives the same
-    outputs. There is no fused kernel for this cell; it always runs the generic loop.
+    outputs. There is no fused kernel for this cell; it always runs the generic loop,
+    and a training call on TensorFlow differentiates it with the hand-written backward
+    pass of `rnnkit.layers._bptt`.
 
     Args:
         units, activation, use_bias, kernel_initializer, recurrent_initializer,

@@ -107,10 +107,14 @@ def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
     assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
 
 
-def check_parity_with_keras(family: Family, options: dict, mask_kind=None):
-    """Outputs and gradients equal the Keras built-in's, weights copied both ways."""
+def check_parity_with_keras(
+    family: Family, options: dict, mask_kind=None, training=False
+):
+    """Outputs and gradients equal the Keras built-in's, weights copied both ways.
+    With `training=True` (TensorFlow) the gradients come from the hand-written
+    backward pass."""
     x = random_inputs()
-    call_kwargs = {}
+    call_kwargs = {"training": True} if training else {}
     if mask_kind:
         call_kwargs["mask"] = padding_mask(mask_kind)
     ours = family.layer(UNITS, **options)
@@ -139,8 +143,11 @@ def layer_weights(layer):
     return [np.asarray(w, dtype=np.float64) for w in layer.get_weights()]
 
 
-def check_against_numpy(family: Family, options: dict, with_initial_state: bool):
-    """Forward pass and BPTT gradients against the numpy equations (no mask)."""
+def check_against_numpy(
+    family: Family, options: dict, with_initial_state: bool, training=False
+):
+    """Forward pass and BPTT gradients against the numpy equations (no mask); with
+    `training=True` (TensorFlow) through the hand-written backward pass."""
     x = random_inputs(1)
     rng = np.random.RandomState(7)
     initial = [
@@ -148,6 +155,8 @@ def check_against_numpy(family: Family, options: dict, with_initial_state: bool)
     ]
     layer = family.layer(UNITS, return_sequences=True, **options)
     call_kwargs = {"initial_state": initial} if with_initial_state else {}
+    if training:
+        call_kwargs["training"] = True
     layer(x, **call_kwargs)
     for variable in layer.trainable_variables:
         variable.assign(np.random.RandomState(3).uniform(-0.6, 0.6, variable.shape))
@@ -196,7 +205,7 @@ def check_embedding_mask_ignores_padding(family: Family):
     assert_close(left, reference, what="left padding")
 
 
-def check_stateful(family: Family):
+def check_stateful(family: Family, training=False):
     """A stateful layer continues from the last batch; reset_state() starts over."""
     x = random_inputs(3, batch=2, steps=8)
     whole = family.layer(UNITS, return_sequences=True)
@@ -205,17 +214,20 @@ def check_stateful(family: Family):
     stateful(x[:, :4])
     stateful.set_weights(whole.get_weights())
     stateful.reset_state()
-    expected = keras.ops.convert_to_numpy(whole(x))
-    first = keras.ops.convert_to_numpy(stateful(x[:, :4]))
-    second = keras.ops.convert_to_numpy(stateful(x[:, 4:]))
+
+    def run(layer, inputs):
+        return keras.ops.convert_to_numpy(layer(inputs, training=training))
+
+    expected = run(whole, x)
+    first = run(stateful, x[:, :4])
+    second = run(stateful, x[:, 4:])
     assert_close(np.concatenate([first, second], 1), expected, what="stateful halves")
     stateful.reset_state()
-    assert_close(
-        keras.ops.convert_to_numpy(stateful(x[:, :4])), first, what="after reset"
-    )
+    assert_close(run(stateful, x[:, :4]), first, what="after reset")
 
 
-def check_bidirectional_parity(family: Family):
+def check_bidirectional_parity(family: Family, training=False):
+    """Bidirectional, right-padded: outputs and gradients equal the built-in's."""
     x = random_inputs(4)
     ours = keras.layers.Bidirectional(family.layer(UNITS, return_sequences=True))
     builtin = keras.layers.Bidirectional(
@@ -224,9 +236,9 @@ def check_bidirectional_parity(family: Family):
     ours(x)
     builtin(x)
     ours.set_weights(builtin.get_weights())
-    mask = padding_mask("right")
-    out_a, grads_a, dx_a, weights = outputs_and_gradients(ours, x, mask=mask)
-    out_b, grads_b, dx_b, _ = outputs_and_gradients(builtin, x, weights, mask=mask)
+    kwargs = {"mask": padding_mask("right"), "training": training}
+    out_a, grads_a, dx_a, weights = outputs_and_gradients(ours, x, **kwargs)
+    out_b, grads_b, dx_b, _ = outputs_and_gradients(builtin, x, weights, **kwargs)
     assert_close(out_a[0], out_b[0], what="bidirectional outputs")
     for a, b in zip(grads_a, grads_b, strict=True):
         assert_close(a, b, what="bidirectional gradients")
@@ -368,3 +380,133 @@ def check_training_reduces_loss(family: Family):
     model.fit(x, y, epochs=3, batch_size=64, verbose=0, shuffle=False)
     after = model.evaluate(x, y, verbose=0)
     assert after < before, (before, after)
+
+
+HAND_WRITTEN = "hand-written BPTT"
+
+
+def hand_written_bptt_expected() -> bool:
+    return keras.backend.backend() == "tensorflow"
+
+
+def _gradients_on_both_paths(layer, x, call_kwargs, compiled):
+    """Outputs and gradients (weights, inputs, initial states) of one training call
+    through the hand-written backward pass and one through automatic
+    differentiation of the same loop, with the same dropout masks."""
+    import tensorflow as tf
+
+    rng = np.random.RandomState(42)
+    shapes = [np.shape(o) for o in as_list(layer(x, **call_kwargs))]
+    output_weights = [rng.randn(*s).astype("float32") for s in shapes]
+    initial = [tf.constant(s) for s in call_kwargs.get("initial_state", [])]
+    kwargs = {**call_kwargs, "training": True}
+    if initial:
+        kwargs["initial_state"] = initial
+    seed_state = keras.ops.convert_to_numpy(layer.cell.seed_generator.state)
+
+    def loss_and_gradients(inputs):
+        with tf.GradientTape() as tape:
+            tape.watch([inputs, *initial])
+            outputs = as_list(layer(inputs, **kwargs))
+            loss = sum(
+                tf.reduce_sum(o * w)
+                for o, w in zip(outputs, output_weights, strict=True)
+            )
+        sources = [*layer.trainable_variables, inputs, *initial]
+        return outputs, tape.gradient(loss, sources)
+
+    results = {}
+    for path in ("hand-written", "autodiff"):
+        function = tf.function(loss_and_gradients) if compiled else loss_and_gradients
+        layer.cell.seed_generator.state.assign(seed_state)  # same dropout masks
+        if path == "autodiff":
+            layer._bptt_blockers = lambda: ["forced by the test"]
+        outputs, gradients = function(tf.constant(x))
+        results[path] = ([o.numpy() for o in outputs], [g.numpy() for g in gradients])
+        results[path + " path"] = layer.execution_path
+    del layer._bptt_blockers
+    return results
+
+
+# (options, mask kind, initial state, inside tf.function) for the comparison of the
+# hand-written backward pass with automatic differentiation.
+BPTT_CASES = {
+    "last_output": ({}, None, False, False),
+    "sequences_states_initial": (
+        {"return_sequences": True, "return_state": True},
+        None,
+        True,
+        False,
+    ),
+    "right_padded_backwards": (
+        {"return_sequences": True, "go_backwards": True},
+        "right",
+        False,
+        False,
+    ),
+    "left_padded_state": ({"return_state": True}, "left", True, False),
+    "input_dropout": ({"return_sequences": True, "dropout": 0.4}, None, False, False),
+    "relu": ({"activation": "relu"}, None, False, False),
+    "no_bias": ({"use_bias": False, "return_sequences": True}, None, False, False),
+    "compiled_masked": ({"return_state": True}, "right", True, True),
+    "compiled_dropout": ({"return_sequences": True, "dropout": 0.3}, None, False, True),
+}
+
+
+def check_hand_written_bptt_matches_autodiff(
+    family: Family,
+    options: dict,
+    mask_kind=None,
+    with_initial_state=False,
+    compiled=False,
+):
+    """A training call on TensorFlow runs the hand-written backward pass; its outputs
+    and its gradients with respect to the weights, the inputs and the initial
+    states equal those of automatic differentiation through the same loop."""
+    x = random_inputs(8)
+    call_kwargs = {}
+    if mask_kind:
+        call_kwargs["mask"] = padding_mask(mask_kind)
+    if with_initial_state:
+        rng = np.random.RandomState(5)
+        call_kwargs["initial_state"] = [
+            rng.randn(BATCH, UNITS).astype("float32") for _ in range(family.num_states)
+        ]
+    layer = family.layer(UNITS, seed=3, **options)
+    layer(x, **call_kwargs)
+    for variable in layer.trainable_variables:
+        variable.assign(np.random.RandomState(6).uniform(-0.6, 0.6, variable.shape))
+    results = _gradients_on_both_paths(layer, x, call_kwargs, compiled)
+    assert HAND_WRITTEN in results["hand-written path"], results["hand-written path"]
+    assert "autodiff BPTT (forced by the test)" in results["autodiff path"]
+    (out_a, grads_a), (out_b, grads_b) = results["hand-written"], results["autodiff"]
+    for k, (a, b) in enumerate(zip(out_a, out_b, strict=True)):
+        assert_close(a, b, what=f"output {k}")
+    names = (
+        [v.path for v in layer.trainable_variables]
+        + ["inputs"]
+        + [
+            f"initial state {k}"
+            for k in range(len(call_kwargs.get("initial_state", [])))
+        ]
+    )
+    assert len(grads_a) == len(names)
+    for name, a, b in zip(names, grads_a, grads_b, strict=True):
+        assert a is not None and b is not None, name
+        assert_close(a, b, what=f"gradient of {name}")
+
+
+def check_training_path_is_named(family: Family, options: dict, reason: str):
+    """A training call says which backward pass it took, and why not the
+    hand-written one."""
+    layer = family.layer(UNITS, **options)
+    x = random_inputs(9)
+    layer(x)
+    assert HAND_WRITTEN not in layer.execution_path  # inference: plain loop
+    layer(x, training=True)
+    if hand_written_bptt_expected() and not reason:
+        assert f", {HAND_WRITTEN}:" in layer.execution_path, layer.execution_path
+    else:
+        reason = reason or f"backend is {keras.backend.backend()}"
+        assert "autodiff BPTT (" in layer.execution_path, layer.execution_path
+        assert reason in layer.execution_path, layer.execution_path

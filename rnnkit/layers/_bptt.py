@@ -1,0 +1,144 @@
+"""Backpropagation through time written out by hand, for training on TensorFlow.
+
+Differentiating the generic time loop automatically makes TensorFlow repeat, at every
+step of the backward loop, one small weight-gradient matmul per weight (a reduction over
+the batch only) and add it into an accumulator as large as the weight. The backward pass
+here does what cuDNN does instead:
+
+1. The forward loop runs the cell and stores, per step, the factors that the backward
+   step needs (derivatives of the gates, expressed through their outputs, e.g.
+   sigma' = sigma (1 - sigma)).
+2. The backward loop runs from the last step to the first and carries only the gradient
+   of the state: per step one matmul with the transposed recurrent kernel and a few
+   elementwise products. It stores the gradients of the gate pre-activations G_t.
+3. After the loop, the weight gradients are one large matmul each over all steps,
+   dW = X^T G and dU = H_{t-1}^T G, and the input gradient is dX = G W^T.
+
+The cells supply the three pieces (`bptt_weights`, `bptt_forward`, `bptt_backward`,
+`bptt_weight_gradients`) with `keras.ops`; this module owns the two loops (a
+`tf.while_loop` over `tf.TensorArray`s, read forwards and then backwards without copies)
+and the masking. Masked steps keep the previous state: its gradient passes through them
+unchanged, and their gate gradients are zero.
+"""
+
+from __future__ import annotations
+
+
+def run(cell, inputs, mask, initial_states, weights):
+    """Runs `cell` over time-major `inputs` with a hand-written backward pass.
+
+    Args:
+        cell: An rnnkit cell with the `bptt_*` methods.
+        inputs: (time, batch, features) in the compute dtype, [x_t, 1] when the cell
+            has biases (`augment_inputs`), input dropout already applied.
+        mask: None or (time, batch, 1) booleans; a masked step keeps the state.
+        initial_states: List of (batch, units) float32 tensors.
+        weights: Tuple of tensors from `cell.bptt_weights()`.
+
+    Returns:
+        `(hidden, final_states)`: h_t of every step, (time, batch, units), and the
+        states after the last step.
+    """
+    import tensorflow as tf
+
+    weights = tuple(weights)
+    num_states = len(initial_states)
+
+    @tf.custom_gradient
+    def recurrence(x, *args):
+        states0, weights_ = list(args[:num_states]), args[num_states:]
+        steps = tf.shape(x)[0]
+        x_ta = tf.TensorArray(x.dtype, steps, element_shape=x.shape[1:]).unstack(x)
+        mask_ta = None
+        if mask is not None:
+            mask_ta = tf.TensorArray(mask.dtype, steps, clear_after_read=False).unstack(
+                mask
+            )
+        hidden_ta = tf.TensorArray(
+            states0[0].dtype, steps, element_shape=states0[0].shape
+        )
+        # Read again by every gradient computation (eager mode clears on read).
+        saved_tas = tuple(
+            tf.TensorArray(x.dtype, steps, clear_after_read=False)
+            for _ in range(cell.bptt_num_saved)
+        )
+
+        def forward(t, states, hidden_ta, saved_tas):
+            new_states, saved = cell.bptt_forward(x_ta.read(t), list(states), weights_)
+            if mask_ta is not None:
+                keep = mask_ta.read(t)
+                new_states = [
+                    tf.where(keep, new, old)
+                    for new, old in zip(new_states, states, strict=True)
+                ]
+            saved_tas = tuple(
+                ta.write(t, value) for ta, value in zip(saved_tas, saved, strict=True)
+            )
+            return (
+                t + 1,
+                tuple(new_states),
+                hidden_ta.write(t, new_states[0]),
+                saved_tas,
+            )
+
+        _, final_states, hidden_ta, saved_tas = tf.while_loop(
+            lambda t, *_: t < steps,
+            forward,
+            (0, tuple(states0), hidden_ta, saved_tas),
+            swap_memory=True,
+        )
+        hidden = hidden_ta.stack()
+
+        def backward_pass(d_hidden, *d_finals):
+            # d_hidden: (time, batch, units) or None; d_finals: per state, or None.
+            d_states = tuple(
+                tf.zeros_like(s) if d is None else d
+                for s, d in zip(states0, d_finals, strict=True)
+            )
+            d_hidden_ta = None
+            if d_hidden is not None:
+                d_hidden_ta = tf.TensorArray(d_hidden.dtype, steps).unstack(d_hidden)
+            context = cell.bptt_backward_context(weights_)
+            emitted_tas = tuple(
+                tf.TensorArray(x.dtype, steps) for _ in range(cell.bptt_num_emitted)
+            )
+
+            def backward(t, d_states, emitted_tas):
+                d_states = list(d_states)
+                if d_hidden_ta is not None:
+                    d_states[0] = d_states[0] + d_hidden_ta.read(t)
+                saved = [ta.read(t) for ta in saved_tas]
+                if mask_ta is None:
+                    d_prev, emitted = cell.bptt_backward(d_states, saved, context)
+                else:
+                    keep = mask_ta.read(t)
+                    d_new = [tf.where(keep, d, tf.zeros_like(d)) for d in d_states]
+                    d_prev, emitted = cell.bptt_backward(d_new, saved, context)
+                    # A masked step copied the state: its gradient passes through.
+                    d_prev = [
+                        tf.where(keep, dp, d)
+                        for dp, d in zip(d_prev, d_states, strict=True)
+                    ]
+                emitted_tas = tuple(
+                    ta.write(t, value)
+                    for ta, value in zip(emitted_tas, emitted, strict=True)
+                )
+                return t - 1, tuple(d_prev), emitted_tas
+
+            _, d_initial, emitted_tas = tf.while_loop(
+                lambda t, *_: t >= 0,
+                backward,
+                (steps - 1, d_states, emitted_tas),
+                swap_memory=True,
+            )
+            # h_{t-1} for every step: [h_0, h_1, ..., h_{T-1}].
+            previous = tf.concat([states0[0][None], hidden[:-1]], axis=0)
+            d_inputs, d_weights = cell.bptt_weight_gradients(
+                x, previous, [ta.stack() for ta in emitted_tas], weights_
+            )
+            return (d_inputs, *d_initial, *d_weights)
+
+        return (hidden, *final_states), backward_pass
+
+    hidden, *final_states = recurrence(inputs, *initial_states, *weights)
+    return hidden, list(final_states)
