@@ -24,7 +24,7 @@ unchanged, and their gate gradients are zero.
 from __future__ import annotations
 
 
-def run(cell, inputs, mask, initial_states, weights):
+def run(cell, inputs, mask, initial_states, weights, all_steps=True):
     """Runs `cell` over time-major `inputs` with a hand-written backward pass.
 
     Args:
@@ -34,10 +34,12 @@ def run(cell, inputs, mask, initial_states, weights):
         mask: None or (time, batch, 1) booleans; a masked step keeps the state.
         initial_states: List of (batch, units) float32 tensors.
         weights: Tuple of tensors from `cell.bptt_weights()`.
+        all_steps: Whether h_t of every step is wanted, or only the final states
+            (then the backward loop has no per-step output gradient to add).
 
     Returns:
-        `(hidden, final_states)`: h_t of every step, (time, batch, units), and the
-        states after the last step.
+        `(hidden, final_states)`: h_t of every step, (time, batch, units), or None
+        without `all_steps`, and the list of states after the last step.
     """
     import tensorflow as tf
 
@@ -89,8 +91,11 @@ def run(cell, inputs, mask, initial_states, weights):
         )
         hidden = hidden_ta.stack()
 
-        def backward_pass(d_hidden, *d_finals):
-            # d_hidden: (time, batch, units) or None; d_finals: per state, or None.
+        def backward_pass(*upstream):
+            # d hidden (all_steps only), then d final state for each state; TF passes
+            # zeros for an output that the loss does not use.
+            d_hidden = upstream[0] if all_steps else None
+            d_finals = upstream[1:] if all_steps else upstream
             d_states = tuple(
                 tf.zeros_like(s) if d is None else d
                 for s, d in zip(states0, d_finals, strict=True)
@@ -138,7 +143,10 @@ def run(cell, inputs, mask, initial_states, weights):
             )
             return (d_inputs, *d_initial, *d_weights)
 
-        return (hidden, *final_states), backward_pass
+        outputs = (hidden, *final_states) if all_steps else tuple(final_states)
+        return outputs, backward_pass
 
-    hidden, *final_states = recurrence(inputs, *initial_states, *weights)
-    return hidden, list(final_states)
+    outputs = recurrence(inputs, *initial_states, *weights)
+    if all_steps:
+        return outputs[0], list(outputs[1:])
+    return None, list(outputs)

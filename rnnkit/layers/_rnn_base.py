@@ -422,19 +422,30 @@ class RecurrentLayer(keras.layers.RNN):
             inputs = ops.flip(inputs, axis=0)
             mask = None if mask is None else ops.flip(mask, axis=0)
         hidden, final_states = _bptt.run(
-            self.cell, inputs, mask, initial_state, self.cell.bptt_weights()
+            self.cell,
+            inputs,
+            mask,
+            initial_state,
+            self.cell.bptt_weights(),
+            all_steps=self.return_sequences,
         )
-        outputs = hidden
-        if mask is not None:
-            # As keras_backend.rnn: a masked step outputs zeros (zero_output_for_mask)
-            # or repeats the last output, which is zeros before the first kept step.
-            shown = (
-                mask
-                if self.zero_output_for_mask
-                else ops.cumsum(ops.cast(mask, "int32"), axis=0) > 0
-            )
-            outputs = ops.where(shown, hidden, ops.zeros_like(hidden))
-        return outputs[-1], ops.transpose(outputs, (1, 0, 2)), final_states
+        # As keras_backend.rnn: a masked step outputs zeros (zero_output_for_mask) or
+        # repeats the last output, which is zeros before the first kept step.
+        if mask is None:
+            shown = None
+        elif self.zero_output_for_mask:
+            shown = mask
+        else:
+            shown = ops.cumsum(ops.cast(mask, "int32"), axis=0) > 0
+        if not self.return_sequences:
+            # The last step's h_t is the final state (a masked step keeps it).
+            last = final_states[0]
+            if shown is not None:
+                last = ops.where(shown[-1], last, ops.zeros_like(last))
+            return last, last[:, None, :], final_states
+        if shown is not None:
+            hidden = ops.where(shown, hidden, ops.zeros_like(hidden))
+        return hidden[-1], ops.transpose(hidden, (1, 0, 2)), final_states
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
         return super().call(

@@ -40,8 +40,11 @@ def as_list(outputs):
 
 
 def padding_mask(kind, batch=BATCH, steps=STEPS):
-    """(batch, steps) booleans: right-padded ([1 1 1 0 0]) or left-padded."""
+    """(batch, steps) booleans: right-padded ([1 1 1 0 0]), left-padded, or
+    "empty_row": right-padded with one row fully masked."""
     lengths = np.array([steps, steps - 2, 2][:batch])
+    if kind == "empty_row":  # right-padded, the last row with no step at all
+        lengths[-1], kind = 0, "right"
     positions = np.arange(steps)[None, :]
     if kind == "right":
         return positions < lengths[:, None]
@@ -445,6 +448,8 @@ BPTT_CASES = {
         False,
     ),
     "left_padded_state": ({"return_state": True}, "left", True, False),
+    "empty_row_state": ({"return_state": True}, "empty_row", True, False),
+    "empty_row_sequences": ({"return_sequences": True}, "empty_row", True, False),
     "input_dropout": ({"return_sequences": True, "dropout": 0.4}, None, False, False),
     "relu": ({"activation": "relu"}, None, False, False),
     "no_bias": ({"use_bias": False, "return_sequences": True}, None, False, False),
