@@ -60,63 +60,6 @@ def test_masked_forward_matches_numpy(mask_kind):
     checks.check_masked_against_numpy(FAMILY, mask_kind)
 
 
-@pytest.mark.skipif(
-    not checks.hand_written_bptt_expected(),
-    reason="the hand-written backward pass is TensorFlow's",
-)
-@pytest.mark.parametrize(
-    "case", checks.BPTT_CASES.values(), ids=checks.BPTT_CASES.keys()
-)
-def test_hand_written_bptt_matches_autodiff(case):
-    options, mask_kind, with_initial_state, compiled = case
-    checks.check_hand_written_bptt_matches_autodiff(
-        FAMILY, options, mask_kind, with_initial_state, compiled
-    )
-
-
-@pytest.mark.parametrize("with_initial_state", [False, True])
-def test_training_call_matches_numpy_bptt(with_initial_state):
-    checks.check_against_numpy(FAMILY, {}, with_initial_state, training=True)
-
-
-@pytest.mark.parametrize("mask_kind", ["right", "left"])
-def test_training_call_matches_keras_with_mask(mask_kind):
-    checks.check_parity_with_keras(
-        FAMILY, {"return_sequences": True}, mask_kind, training=True
-    )
-
-
-def test_training_bidirectional_matches_keras():
-    checks.check_bidirectional_parity(FAMILY, training=True)
-
-
-TRAINING_PATHS = {
-    "default": ({}, ""),
-    "recurrent_dropout": ({"recurrent_dropout": 0.1}, "recurrent_dropout=0.1 > 0"),
-    "hard_sigmoid": (
-        {"recurrent_activation": "hard_sigmoid"},
-        "recurrent_activation=hard_sigmoid",
-    ),
-    "unroll": ({"unroll": True}, "unroll=True"),
-}
-
-
-@pytest.mark.parametrize(
-    "options, reason", TRAINING_PATHS.values(), ids=TRAINING_PATHS.keys()
-)
-def test_training_call_names_its_backward_pass(options, reason):
-    checks.check_training_path_is_named(FAMILY, options, reason)
-
-
-def test_mixed_precision_training_differentiates_automatically():
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        checks.check_training_path_is_named(FAMILY, {}, "compute dtype float16")
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
 def test_embedding_mask_ignores_padding():
     checks.check_embedding_mask_ignores_padding(FAMILY)
 

@@ -76,50 +76,6 @@ def test_concatenation_identity():
     checks.assert_close(keras.ops.convert_to_numpy(step), concatenated + bias)
 
 
-@pytest.mark.skipif(
-    not checks.hand_written_bptt_expected(),
-    reason="the hand-written backward pass is TensorFlow's",
-)
-@pytest.mark.parametrize(
-    "case", checks.BPTT_CASES.values(), ids=checks.BPTT_CASES.keys()
-)
-def test_hand_written_bptt_matches_autodiff(case):
-    options, mask_kind, with_initial_state, compiled = case
-    checks.check_hand_written_bptt_matches_autodiff(
-        FAMILY, options, mask_kind, with_initial_state, compiled
-    )
-
-
-@pytest.mark.parametrize("with_initial_state", [False, True])
-def test_training_call_matches_numpy_bptt(with_initial_state):
-    checks.check_against_numpy(FAMILY, {}, with_initial_state, training=True)
-
-
-@pytest.mark.parametrize("mask_kind", ["right", "left"])
-def test_training_call_matches_keras_with_mask(mask_kind):
-    checks.check_parity_with_keras(
-        FAMILY, {"return_sequences": True}, mask_kind, training=True
-    )
-
-
-def test_training_bidirectional_matches_keras():
-    checks.check_bidirectional_parity(FAMILY, training=True)
-
-
-TRAINING_PATHS = {
-    "default": ({}, ""),
-    "elu": ({"activation": "elu"}, "activation=elu"),
-    "recurrent_dropout": ({"recurrent_dropout": 0.2}, "recurrent_dropout=0.2 > 0"),
-}
-
-
-@pytest.mark.parametrize(
-    "options, reason", TRAINING_PATHS.values(), ids=TRAINING_PATHS.keys()
-)
-def test_training_call_names_its_backward_pass(options, reason):
-    checks.check_training_path_is_named(FAMILY, options, reason)
-
-
 def test_embedding_mask_ignores_padding():
     checks.check_embedding_mask_ignores_padding(FAMILY)
 
