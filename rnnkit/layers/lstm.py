@@ -238,13 +238,14 @@ class LSTMCell(RecurrentCell):
         """
         inputs = self.augment_inputs(ops.cast(inputs, self.compute_dtype))
         h_prev, c_prev = (ops.cast(state, self.compute_dtype) for state in states)
-        z = self._pre_activations(inputs, h_prev, self.gate_weights())
-        gates = {
-            "input": self.recurrent_activation(z[INPUT_GATE]),
-            "forget": self.recurrent_activation(z[FORGET_GATE]),
-            "candidate": self.activation(z[CANDIDATE]),
-            "output": self.recurrent_activation(z[OUTPUT_GATE]),
-        }
+        names = ("input", "forget", "candidate", "output")
+        gates = dict(
+            zip(
+                names,
+                self._gate_values(inputs, h_prev, self.gate_weights()),
+                strict=True,
+            )
+        )
         gates["cell"] = gates["forget"] * c_prev + gates["input"] * gates["candidate"]
         gates["hidden"] = gates["output"] * self.activation(gates["cell"])
         return gates
