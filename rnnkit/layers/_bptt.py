@@ -14,11 +14,11 @@ here does what cuDNN does instead:
 3. After the loop, the weight gradients are one large matmul each over all steps,
    dW = X^T G and dU = H_{t-1}^T G, and the input gradient is dX = G W^T.
 
-The cells supply the three pieces (`bptt_weights`, `bptt_forward`, `bptt_backward`,
-`bptt_weight_gradients`) with `keras.ops`; this module owns the two loops (a
-`tf.while_loop` over `tf.TensorArray`s, read forwards and then backwards without copies)
-and the masking. Masked steps keep the previous state: its gradient passes through them
-unchanged, and their gate gradients are zero.
+The cells supply the pieces (`bptt_weights`, `bptt_forward`, `bptt_backward_context`,
+`bptt_backward`, `bptt_weight_gradients`) with `keras.ops`; this module owns the two
+loops (a `tf.while_loop` over `tf.TensorArray`s, read forwards and then backwards
+without copies) and the masking. Masked steps keep the previous state: its gradient
+passes through them unchanged, and their gate gradients are zero.
 """
 
 from __future__ import annotations

@@ -202,12 +202,17 @@ class LSTMCell(RecurrentCell):
         )
         return [o_t * phi_c, c_t], saved
 
-    def bptt_backward_context(self, weights):
-        # U^T (4 units, units): the recurrent rows of the stacked [W_g; b_g; U_g].
-        input_rows = weights[0].shape[0] - self.units
-        return ops.transpose(
-            ops.concatenate([w[input_rows:] for w in weights], axis=-1)
+    def _input_and_recurrent_blocks(self, stacked):
+        """([W_i W_f W_c W_o] with the bias row, [U_i U_f U_c U_o]) from the per-gate
+        stacks [W_g; b_g; U_g] of `gate_weights()`."""
+        rows = stacked[0].shape[0] - self.units
+        return tuple(
+            ops.concatenate([w[part] for w in stacked], axis=-1)
+            for part in (slice(None, rows), slice(rows, None))
         )
+
+    def bptt_backward_context(self, weights):
+        return ops.transpose(self._input_and_recurrent_blocks(weights)[1])  # U^T
 
     def bptt_backward(self, d_states, saved, recurrent_t):
         dh, dc = d_states
@@ -227,7 +232,7 @@ class LSTMCell(RecurrentCell):
             ops.concatenate([inputs, previous], axis=-1), (-1, input_rows + self.units)
         )
         d_stacked = ops.split(ops.matmul(ops.transpose(xh), g), 4, axis=-1)
-        kernel = ops.concatenate([w[:input_rows] for w in weights], axis=-1)
+        kernel = self._input_and_recurrent_blocks(weights)[0]
         d_inputs = ops.reshape(ops.matmul(g, ops.transpose(kernel)), ops.shape(inputs))
         return d_inputs, tuple(d_stacked)
 
