@@ -64,7 +64,8 @@ def _field_options(config_cls: type[config_lib.RecipeConfig]) -> list[click.Opti
                 [f"--{info.key}", FIELD_PREFIX + info.key.replace(".", "__")],
                 metavar=metavar,
                 default=None,
-                help=f"{info.help} [default: {default}]",
+                help=f"{info.help} [default: {default}"
+                + (f"; range: {info.bounds.describe()}]" if info.bounds else "]"),
             )
         )
     return options

@@ -24,9 +24,17 @@ addressed by its dotted path, the same in all three places:
 Unknown keys are errors that name the nearest valid key. Supported leaf types: `bool`,
 `int`, `float`, `str`, `X | None` of those, and `tuple[int, ...]` / `tuple[str, ...]`
 (written as TOML arrays, or comma-separated on the command line). A field may restrict
-its values with `choices=(...)`. `None` cannot be written in TOML, so an optional field
-is left out of a written file when it is `None`; reading the file back gives the
-default, which is why every optional field must default to `None`.
+its values with `choices=(...)`, and a numeric field declares its range beside its
+default with `at_least=`, `above=`, `at_most=` and `below=` (for a list, every item):
+
+    dropout: float = field(0.1, help="Dropout rate.", at_least=0.0, below=1.0)
+
+A value outside the range, from TOML, `--set` or Python, is a `ConfigError` that names
+the key, the value and the allowed range.
+
+`None` cannot be written in TOML, so an optional field is left out of a written file
+when it is `None`; reading the file back gives the default, which is why every optional
+field must default to `None`.
 
 This module is light (no TensorFlow, no Keras): `rnnkit list` and `--help` import it.
 """
@@ -51,6 +59,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "Bounds",
     "DataConfig",
     "EvaluationConfig",
     "ModelConfig",
@@ -64,11 +73,72 @@ SECTIONS = ("data", "model", "train", "evaluation")
 ConfigT = TypeVar("ConfigT", bound="RecipeConfig")
 
 
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The allowed range of a numeric field: each limit is optional.
+
+    `at_least`/`at_most` are inclusive limits, `above`/`below` exclusive ones, so
+    `Bounds(at_least=0.0, below=1.0)` is the interval [0, 1).
+    """
+
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    below: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.at_least is not None and self.above is not None:
+            raise ValueError("give at most one lower limit: at_least or above")
+        if self.at_most is not None and self.below is not None:
+            raise ValueError("give at most one upper limit: at_most or below")
+
+    def __bool__(self) -> bool:
+        return any(
+            limit is not None
+            for limit in (self.at_least, self.above, self.at_most, self.below)
+        )
+
+    def contains(self, value: float) -> bool:
+        return not (
+            (self.at_least is not None and value < self.at_least)
+            or (self.above is not None and value <= self.above)
+            or (self.at_most is not None and value > self.at_most)
+            or (self.below is not None and value >= self.below)
+        )
+
+    def describe(self) -> str:
+        """The range as text: ">= 1", "> 0", "[0, 1)", "(0, 1)", "<= 10"."""
+        low, low_open = (
+            (self.above, True) if self.above is not None else (self.at_least, False)
+        )
+        high, high_open = (
+            (self.below, True) if self.below is not None else (self.at_most, False)
+        )
+        if low is not None and high is not None:
+            return (
+                f"{'(' if low_open else '['}{_number(low)}, "
+                f"{_number(high)}{')' if high_open else ']'}"
+            )
+        if low is not None:
+            return f"{'>' if low_open else '>='} {_number(low)}"
+        if high is not None:
+            return f"{'<' if high_open else '<='} {_number(high)}"
+        return "any"
+
+
+def _number(value: float) -> str:
+    return repr(int(value)) if float(value).is_integer() else repr(value)
+
+
 def field(
     default: Any,
     *,
     help: str,  # noqa: A002 - the name click and argparse use
     choices: tuple[Any, ...] | None = None,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
 ) -> Any:
     """Declares one configuration value: its default, help text and allowed values.
 
@@ -76,11 +146,23 @@ def field(
         default: the default value (an immutable value: use tuples, not lists).
         help: one sentence shown by `rnnkit run NAME --help`.
         choices: if given, the only values accepted.
+        at_least: numeric fields: the smallest value allowed (inclusive).
+        above: numeric fields: values must be greater than this (exclusive).
+        at_most: numeric fields: the largest value allowed (inclusive).
+        below: numeric fields: values must be less than this (exclusive).
+            For a list field the limits apply to every item; `None` (for an
+            optional field) is always allowed.
     """
     if choices is not None and default is not None and default not in choices:
         raise ValueError(f"default {default!r} is not one of choices {choices!r}")
+    bounds = Bounds(at_least=at_least, above=above, at_most=at_most, below=below)
+    items = default if isinstance(default, tuple) else (default,)
+    for item in items:
+        if bounds and item is not None and not bounds.contains(item):
+            raise ValueError(f"default {default!r} is outside {bounds.describe()}")
     return dataclasses.field(
-        default=default, metadata={"help": help, "choices": choices}
+        default=default,
+        metadata={"help": help, "choices": choices, "bounds": bounds},
     )
 
 
@@ -117,17 +199,22 @@ class ModelConfig:
 class TrainConfig:
     """The training loop's settings (read by the runner and by `build_model`)."""
 
-    epochs: int = field(10, help="Maximum number of passes over the training data.")
-    batch_size: int = field(64, help="Examples per gradient step.")
-    learning_rate: float = field(1e-3, help="Optimizer step size.")
+    epochs: int = field(
+        10, help="Maximum number of passes over the training data.", at_least=1
+    )
+    batch_size: int = field(64, help="Examples per gradient step.", at_least=1)
+    learning_rate: float = field(1e-3, help="Optimizer step size.", above=0.0)
     patience: int = field(
         5,
         help="Stop after this many epochs without a better validation loss "
         "(0 disables early stopping); the best weights are kept.",
+        at_least=0,
     )
     shuffle: bool = field(True, help="Shuffle training examples every epoch.")
     seed: int = field(
-        1337, help="Seed for weights, shuffling and dropout (same seed, same run)."
+        1337,
+        help="Seed for weights, shuffling and dropout (same seed, same run).",
+        at_least=0,
     )
     device: str = field(
         "auto",
@@ -147,6 +234,7 @@ class EvaluationConfig:
         0,
         help="Walk-forward backtest folds (expanding window, refit per fold); "
         "0 uses the single chronological split.",
+        at_least=0,
     )
 
 
@@ -208,6 +296,15 @@ class FieldInfo:
     default: Any
     help: str
     choices: tuple[Any, ...] | None
+    bounds: Bounds = Bounds()
+
+    @property
+    def is_numeric(self) -> bool:
+        """True for int and float fields and lists of them (bool is not numeric)."""
+        base, _ = _strip_optional(self.type)
+        if typing.get_origin(base) is tuple:
+            base = typing.get_args(base)[0]
+        return base in (int, float)
 
 
 def fields_of(config_cls: type[RecipeConfig]) -> list[FieldInfo]:
@@ -227,6 +324,7 @@ def fields_of(config_cls: type[RecipeConfig]) -> list[FieldInfo]:
                     default=getattr(section_default, f.name),
                     help=f.metadata.get("help", ""),
                     choices=f.metadata.get("choices"),
+                    bounds=f.metadata.get("bounds", Bounds()),
                 )
             )
     return infos
@@ -324,7 +422,7 @@ def check_value(info: FieldInfo, value: Any, source: str) -> Any:
                 f"{where}: expected {type_name(info.type)}, got {value!r}"
             )
         item_type = typing.get_args(base)[0]
-        fake = FieldInfo(info.key, item_type, None, "", None)
+        fake = FieldInfo(info.key, item_type, None, "", None, info.bounds)
         return tuple(check_value(fake, item, source) for item in value)
     if base is bool:
         ok = isinstance(value, bool)
@@ -340,6 +438,10 @@ def check_value(info: FieldInfo, value: Any, source: str) -> Any:
     if info.choices is not None and value not in info.choices:
         allowed = ", ".join(str(c) for c in info.choices)
         raise ConfigError(f"{where}: {value!r} is not one of {allowed}")
+    if info.bounds and base in (int, float) and not info.bounds.contains(value):
+        raise ConfigError(
+            f"{where}: {value!r} is out of range; allowed: {info.bounds.describe()}"
+        )
     return value
 
 

@@ -11,7 +11,7 @@ class RnnkitError(Exception):
 
 
 class ConfigError(RnnkitError, ValueError):
-    """An unknown key, a value of the wrong type, or a value outside its choices."""
+    """An unknown key, a wrong type, or a value outside its choices or range."""
 
 
 class DataError(RnnkitError, ValueError):

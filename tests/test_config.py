@@ -153,3 +153,75 @@ def test_field_rejects_default_outside_choices():
 def test_section_rejects_unknown_defaults():
     with pytest.raises(ValueError, match="no field"):
         section(TrainConfig, epoch=3)
+
+
+@dataclasses.dataclass
+class RangedModel(ModelConfig):
+    units: int = field(64, help="Units.", at_least=1)
+    dropout: float = field(0.1, help="Dropout.", at_least=0.0, below=1.0)
+    scale: float = field(1.0, help="Scale.", above=0.0)
+    sizes: tuple[int, ...] = field((1, 2), help="Sizes.", at_least=1, at_most=8)
+    width: int | None = field(None, help="Optional width.", at_least=1)
+
+
+@dataclasses.dataclass
+class RangedConfig(RecipeConfig):
+    model: RangedModel = section(RangedModel)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("model.units", 0, ">= 1"),
+        ("model.dropout", -0.1, "[0, 1)"),
+        ("model.dropout", 1.0, "[0, 1)"),
+        ("model.scale", 0.0, "> 0"),
+        ("model.sizes", (1, 9), "[1, 8]"),
+        ("model.width", 0, ">= 1"),
+        ("train.epochs", -3, ">= 1"),
+        ("train.learning_rate", 0.0, "> 0"),
+    ],
+)
+def test_ranges_are_enforced_everywhere(tmp_path, key, value, allowed):
+    message = f"{key} (value): {value if not isinstance(value, tuple) else value[1]!r}"
+    with pytest.raises(ConfigError) as error:
+        RangedConfig().with_values({key: value})
+    assert str(error.value).startswith(message)
+    assert str(error.value).endswith(f"is out of range; allowed: {allowed}")
+    # The same check from the command line and from a TOML file.
+    text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    with pytest.raises(ConfigError, match="out of range"):
+        config_lib.resolve(
+            RangedConfig,
+            overrides=config_lib.parse_assignments(RangedConfig, [f"{key}={text}"]),
+        )
+    section_name, name = key.split(".")
+    toml_value = list(value) if isinstance(value, tuple) else value
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[{section_name}]\n{name} = {toml_value!r}\n")
+    with pytest.raises(ConfigError, match=f"{key} \\({path}\\).*out of range"):
+        config_lib.load_toml(RangedConfig, path)
+
+
+def test_values_inside_ranges_pass():
+    config = RangedConfig().with_values(
+        {
+            "model.units": 1,
+            "model.dropout": 0.0,
+            "model.sizes": (8,),
+            "model.width": None,
+        }
+    )
+    assert (config.model.units, config.model.dropout) == (1, 0.0)
+    assert config.model.width is None
+
+
+def test_bounds_describe_and_declaration_errors():
+    assert config_lib.Bounds(at_least=0.0, below=1.0).describe() == "[0, 1)"
+    assert config_lib.Bounds(above=0.0, below=1.0).describe() == "(0, 1)"
+    assert config_lib.Bounds(at_most=10).describe() == "<= 10"
+    assert config_lib.Bounds(above=0.5).describe() == "> 0.5"
+    with pytest.raises(ValueError, match="outside >= 1"):
+        field(0, help="x", at_least=1)
+    with pytest.raises(ValueError, match="one lower limit"):
+        field(1, help="x", at_least=1, above=0)

@@ -54,20 +54,28 @@ class SentimentDataConfig(DataConfig):
     validation_fraction: float = field(
         0.1,
         help="Share of the training data held out for early stopping (stratified).",
+        above=0.0,
+        below=1.0,
     )
     test_fraction: float = field(
-        0.1, help="Share held out for testing when the source has no test split."
+        0.1,
+        help="Share held out for testing when the source has no test split.",
+        above=0.0,
+        below=1.0,
     )
     limit: int = field(
         0,
         help="Keep a stratified sample of at most this many examples per split "
         "(0 keeps all); for quick trials.",
+        at_least=0,
     )
     vocabulary_size: int = field(
-        30000, help="Most frequent tokens kept (with padding and out-of-vocabulary)."
+        30000,
+        help="Most frequent tokens kept (with padding and out-of-vocabulary).",
+        at_least=3,
     )
     sequence_length: int = field(
-        800, help="Most tokens of a text that the model reads."
+        800, help="Most tokens of a text that the model reads.", at_least=1
     )
     keep: str = field(
         "first",
@@ -85,10 +93,12 @@ class SentimentModelConfig(ModelConfig):
     cell_type: str = field(
         "gru", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
     )
-    units: int = field(128, help="Units per recurrent layer and direction.")
-    num_layers: int = field(1, help="Stacked recurrent layers.")
+    units: int = field(128, help="Units per recurrent layer and direction.", at_least=1)
+    num_layers: int = field(1, help="Stacked recurrent layers.", at_least=1)
     bidirectional: bool = field(True, help="Read texts in both directions.")
-    embedding_dim: int = field(128, help="Size of the learned word vectors.")
+    embedding_dim: int = field(
+        128, help="Size of the learned word vectors.", at_least=1
+    )
     pooling: str = field(
         "mean_max",
         help=(
@@ -98,13 +108,19 @@ class SentimentModelConfig(ModelConfig):
         choices=("last", "mean", "max", "mean_max"),
     )
     embedding_dropout: float = field(
-        0.3, help="Spatial dropout rate on the word vectors."
+        0.3, help="Spatial dropout rate on the word vectors.", at_least=0.0, below=1.0
     )
     dropout: float = field(
-        0.5, help="Dropout rate on the recurrent inputs and before the output layer."
+        0.5,
+        help="Dropout rate on the recurrent inputs and before the output layer.",
+        at_least=0.0,
+        below=1.0,
     )
     recurrent_dropout: float = field(
-        0.0, help="Dropout rate on the recurrent state (slower when > 0)."
+        0.0,
+        help="Dropout rate on the recurrent state (slower when > 0).",
+        at_least=0.0,
+        below=1.0,
     )
 
 

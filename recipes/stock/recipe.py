@@ -42,26 +42,37 @@ class StockDataConfig(DataConfig):
     )
     start: str | None = field(None, help="First date to use (YYYY-MM-DD).")
     end: str | None = field(None, help="Last date to use (YYYY-MM-DD).")
-    window: int = field(30, help="Past trading days the model reads per forecast.")
-    horizon: int = field(1, help="Trading days forecast ahead (1 = next day).")
-    validation_fraction: float = field(
-        0.15, help="Share of days (before the test days) used for validation."
+    window: int = field(
+        30, help="Past trading days the model reads per forecast.", at_least=1
     )
-    test_fraction: float = field(0.15, help="Share of the last days used for testing.")
+    horizon: int = field(
+        1, help="Trading days forecast ahead (1 = next day).", at_least=1
+    )
+    validation_fraction: float = field(
+        0.15,
+        help="Share of days (before the test days) used for validation.",
+        above=0.0,
+        below=1.0,
+    )
+    test_fraction: float = field(
+        0.15, help="Share of the last days used for testing.", above=0.0, below=1.0
+    )
 
 
 @dataclasses.dataclass
 class StockModelConfig(ModelConfig):
     cell_type: str = field("lstm", help="Recurrent layer.", choices=("lstm", "gru"))
-    units: int = field(32, help="Units per recurrent layer.")
-    layers: int = field(2, help="Stacked recurrent layers.")
-    dropout: float = field(0.0, help="Dropout before the output layer.")
+    units: int = field(32, help="Units per recurrent layer.", at_least=1)
+    layers: int = field(2, help="Stacked recurrent layers.", at_least=1)
+    dropout: float = field(
+        0.0, help="Dropout before the output layer.", at_least=0.0, below=1.0
+    )
 
 
 @dataclasses.dataclass
 class StockEvaluationConfig(EvaluationConfig):
     moving_average_days: int = field(
-        5, help="Days averaged by the moving-average baseline."
+        5, help="Days averaged by the moving-average baseline.", at_least=1
     )
 
 

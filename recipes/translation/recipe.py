@@ -73,18 +73,29 @@ class TranslationDataConfig(DataConfig):
         help="parallel: {split} of the test files ('' cuts them from train).",
     )
     validation_fraction: float = field(
-        0.05, help="Share of a single-file corpus held out for validation."
+        0.05,
+        help="Share of a single-file corpus held out for validation.",
+        above=0.0,
+        below=1.0,
     )
     test_fraction: float = field(
-        0.02, help="Share of a single-file corpus held out for testing."
+        0.02,
+        help="Share of a single-file corpus held out for testing.",
+        above=0.0,
+        below=1.0,
     )
-    split_seed: int = field(0, help="Seed of the split of a single-file corpus.")
+    split_seed: int = field(
+        0, help="Seed of the split of a single-file corpus.", at_least=0
+    )
     limit: int = field(
-        0, help="Keep at most this many pairs per split (0 keeps all); quick trials."
+        0,
+        help="Keep at most this many pairs per split (0 keeps all); quick trials.",
+        at_least=0,
     )
     max_length: int = field(
         50,
         help="Drop training/validation pairs longer than this many tokens (0: keep).",
+        at_least=0,
     )
     unicode_form: str = field(
         "NFKC", help="Unicode normalisation.", choices=("NFC", "NFKC", "NFD", "NFKD")
@@ -94,10 +105,12 @@ class TranslationDataConfig(DataConfig):
         True, help="Make punctuation marks tokens of their own."
     )
     vocabulary_size: int = field(
-        0, help="Most tokens kept per language, special tokens included (0: all)."
+        0,
+        help="Most tokens kept per language, special tokens included (0: all).",
+        at_least=0,
     )
     min_frequency: int = field(
-        2, help="Tokens seen fewer times in training become [UNK]."
+        2, help="Tokens seen fewer times in training become [UNK].", at_least=1
     )
     skip_empty_lines: bool = field(
         False, help="Drop pairs with an empty sentence instead of stopping."
@@ -107,10 +120,12 @@ class TranslationDataConfig(DataConfig):
 @dataclasses.dataclass
 class TranslationModelConfig(ModelConfig):
     cell_type: str = field("gru", help="Recurrent cell.", choices=("gru", "lstm"))
-    embedding_dim: int = field(128, help="Size of the token embeddings.")
-    units: int = field(256, help="Units per recurrent layer (per direction).")
-    encoder_layers: int = field(1, help="Stacked encoder layers.")
-    decoder_layers: int = field(1, help="Stacked decoder cells.")
+    embedding_dim: int = field(128, help="Size of the token embeddings.", at_least=1)
+    units: int = field(
+        256, help="Units per recurrent layer (per direction).", at_least=1
+    )
+    encoder_layers: int = field(1, help="Stacked encoder layers.", at_least=1)
+    decoder_layers: int = field(1, help="Stacked decoder cells.", at_least=1)
     bidirectional: bool = field(True, help="Read the source in both directions.")
     attention: str = field(
         "bahdanau",
@@ -118,10 +133,15 @@ class TranslationModelConfig(ModelConfig):
         choices=("bahdanau", "dot", "multihead", "none"),
     )
     attention_units: int | None = field(
-        None, help="Size of the Bahdanau scoring layer (none: model.units)."
+        None, help="Size of the Bahdanau scoring layer (none: model.units).", at_least=1
     )
-    num_heads: int = field(4, help="Heads of multihead attention.")
-    dropout: float = field(0.2, help="Dropout on embeddings, between layers, output.")
+    num_heads: int = field(4, help="Heads of multihead attention.", at_least=1)
+    dropout: float = field(
+        0.2,
+        help="Dropout on embeddings, between layers, output.",
+        at_least=0.0,
+        below=1.0,
+    )
     input_feeding: bool = field(
         True, help="Feed the previous attention context into the next decoder step."
     )
@@ -132,22 +152,32 @@ class TranslationModelConfig(ModelConfig):
 
 @dataclasses.dataclass
 class TranslationTrainConfig(TrainConfig):
-    clipnorm: float = field(1.0, help="Clip each gradient to this norm (0: no clip).")
+    clipnorm: float = field(
+        1.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
+    )
 
 
 @dataclasses.dataclass
 class TranslationEvaluationConfig(EvaluationConfig):
-    beam_width: int = field(5, help="Hypotheses kept per sentence by beam search.")
-    n_best: int = field(1, help="Hypotheses printed per sentence by predict.")
+    beam_width: int = field(
+        5, help="Hypotheses kept per sentence by beam search.", at_least=1
+    )
+    n_best: int = field(
+        1, help="Hypotheses printed per sentence by predict.", at_least=1
+    )
     length_penalty: float = field(
-        0.6, help="GNMT length-penalty alpha of beam search (0: none)."
+        0.6, help="GNMT length-penalty alpha of beam search (0: none).", at_least=0.0
     )
     max_length_ratio: float = field(
-        1.5, help="Translations stop after ratio * source tokens + offset tokens."
+        1.5,
+        help="Translations stop after ratio * source tokens + offset tokens.",
+        above=0.0,
     )
-    max_length_offset: int = field(10, help="See max_length_ratio.")
-    decode_batch_size: int = field(64, help="Sentences decoded together.")
-    heatmaps: int = field(3, help="Attention heatmaps of test sentences in plots/.")
+    max_length_offset: int = field(10, help="See max_length_ratio.", at_least=0)
+    decode_batch_size: int = field(64, help="Sentences decoded together.", at_least=1)
+    heatmaps: int = field(
+        3, help="Attention heatmaps of test sentences in plots/.", at_least=0
+    )
 
 
 @dataclasses.dataclass
