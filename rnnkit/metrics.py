@@ -1,5 +1,7 @@
-"""Forecast and classification metrics (numpy only), and the side-by-side table the
-launcher prints.
+"""Forecast and classification metrics, and the side-by-side table the launcher prints.
+
+Classification metrics are scikit-learn's (imported inside the functions, so that this
+module stays light for the launcher); the forecast metrics are one line of numpy each.
 
 Every metric returns a plain float (or a nested list of ints), so the results go
 straight into `metrics.json`. Forecast metrics take arrays of the same shape (any
@@ -26,11 +28,33 @@ def rmse(actual: np.ndarray, predicted: np.ndarray) -> float:
     )
 
 
-def mase(actual: np.ndarray, predicted: np.ndarray, reference: np.ndarray) -> float:
-    """Mean absolute scaled error: MAE of `predicted` over MAE of `reference`.
+def mase(
+    actual: np.ndarray, predicted: np.ndarray, training_series: np.ndarray
+) -> float:
+    """Mean absolute scaled error (Hyndman and Koehler 2006).
 
-    With the persistence (random-walk) forecast on the same days as `reference`, a value
-    below 1 means the forecast beats "tomorrow equals today".
+    The MAE of `predicted` divided by the in-sample MAE of the one-step naive forecast
+    on the training series, mean |y_t - y_{t-1}|. Below 1, the forecast errs less than
+    the naive forecast did, on average, one step ahead inside the training data.
+    NaN if the training series never changes.
+    """
+    series = np.asarray(training_series, dtype="float64").ravel()
+    if series.size < 2:
+        raise ValueError("mase needs a training series of at least two values")
+    scale = float(np.mean(np.abs(np.diff(series))))
+    if scale == 0.0:
+        return float("nan")
+    return mae(actual, predicted) / scale
+
+
+def relative_mae(
+    actual: np.ndarray, predicted: np.ndarray, reference: np.ndarray
+) -> float:
+    """MAE of `predicted` over the MAE of a `reference` forecast on the same cases.
+
+    With the persistence (random-walk) forecast as `reference`, below 1 means the
+    forecast beats "tomorrow equals today" on these very days. NaN if the reference
+    is exact.
     """
     scale = mae(actual, reference)
     if scale == 0.0:
@@ -58,9 +82,9 @@ def confusion_matrix(
     labels: np.ndarray, predicted: np.ndarray, num_classes: int
 ) -> np.ndarray:
     """Counts (num_classes, num_classes): row = true class, column = predicted class."""
-    matrix = np.zeros((num_classes, num_classes), dtype="int64")
-    np.add.at(matrix, (np.asarray(labels), np.asarray(predicted)), 1)
-    return matrix
+    from sklearn import metrics
+
+    return metrics.confusion_matrix(labels, predicted, labels=range(num_classes))
 
 
 def precision_recall_f1(
@@ -69,67 +93,66 @@ def precision_recall_f1(
     """Precision, recall and F1 of the positive class (1) for two classes, and their
     unweighted means over the classes (macro average) for more.
 
-    A ratio with nothing to count (no predicted positive, say) is 0.0, as in
-    scikit-learn's `zero_division=0`.
+    A ratio with nothing to count (no predicted positive, say) is 0.0
+    (scikit-learn's `zero_division=0`).
     """
-    matrix = confusion_matrix(labels, predicted, num_classes).astype("float64")
-    hits = np.diag(matrix)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.nan_to_num(hits / matrix.sum(axis=0))
-        recall = np.nan_to_num(hits / matrix.sum(axis=1))
-        f1 = np.nan_to_num(2 * precision * recall / (precision + recall))
-    if num_classes == 2:
-        return float(precision[1]), float(recall[1]), float(f1[1])
-    return float(precision.mean()), float(recall.mean()), float(f1.mean())
+    from sklearn import metrics
+
+    precision, recall, f1, _ = metrics.precision_recall_fscore_support(
+        labels,
+        predicted,
+        labels=range(num_classes),
+        average="binary" if num_classes == 2 else "macro",
+        zero_division=0,
+    )
+    return float(precision), float(recall), float(f1)
 
 
 def roc_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
-    """Area under the ROC curve: the chance that a random positive example scores
-    higher than a random negative one (ties count half).
+    """Area under the ROC curve of class probabilities (n, num_classes).
 
-    For two classes the score is the probability of class 1; for more, the one-vs-rest
-    AUCs of the classes present are averaged (macro). NaN if a class has no examples.
+    For two classes, the AUC of the probability of class 1. For more, the one-vs-rest
+    AUCs of the classes present in `labels` are averaged (macro); a class absent from
+    the labels has no defined AUC and is left out. NaN when fewer than two classes are
+    present, as no ranking can then be measured.
     """
+    from sklearn import metrics
+
     labels = np.asarray(labels)
     probabilities = np.asarray(probabilities, dtype="float64")
-    classes = [1] if probabilities.shape[1] == 2 else range(probabilities.shape[1])
-    areas = [_binary_auc(labels == label, probabilities[:, label]) for label in classes]
-    return float(np.mean(areas))
+    present = np.unique(labels)
+    if len(present) < 2:
+        return float("nan")
+    if probabilities.shape[1] == 2:
+        return float(metrics.roc_auc_score(labels == 1, probabilities[:, 1]))
+    return float(
+        np.mean(
+            [
+                metrics.roc_auc_score(labels == label, probabilities[:, label])
+                for label in present
+            ]
+        )
+    )
 
 
 def classification_metrics(
     labels: np.ndarray, probabilities: np.ndarray
 ) -> dict[str, float]:
     """Accuracy, precision, recall, F1 and ROC AUC of class probabilities (n, K)."""
+    from sklearn import metrics
+
     labels = np.asarray(labels)
     probabilities = np.asarray(probabilities, dtype="float64")
     num_classes = probabilities.shape[1]
     predicted = probabilities.argmax(axis=1)
     precision, recall, f1 = precision_recall_f1(labels, predicted, num_classes)
     return {
-        "accuracy": float(np.mean(predicted == labels)),
+        "accuracy": float(metrics.accuracy_score(labels, predicted)),
         "precision": precision,
         "recall": recall,
         "f1": f1,
         "roc_auc": roc_auc(labels, probabilities),
     }
-
-
-def _binary_auc(is_positive: np.ndarray, scores: np.ndarray) -> float:
-    positives = int(is_positive.sum())
-    negatives = len(is_positive) - positives
-    if positives == 0 or negatives == 0:
-        return float("nan")
-    # Mann-Whitney U from average ranks, so tied scores count half.
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores), dtype="float64")
-    sorted_scores = scores[order]
-    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
-    ends = np.r_[starts[1:], len(scores)]
-    for start, end in zip(starts, ends, strict=True):
-        ranks[order[start:end]] = (start + end + 1) / 2
-    u_statistic = ranks[is_positive].sum() - positives * (positives + 1) / 2
-    return float(u_statistic / (positives * negatives))
 
 
 def format_table(table: Mapping[str, Mapping[str, float]]) -> str:

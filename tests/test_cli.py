@@ -77,8 +77,14 @@ def test_run_prints_metrics_beside_baselines(smoke_run):
     for row in ("model", "persistence", "moving_average_5", "always_up"):
         assert f"\n{row} " in result.output
     metrics = json.loads((run_dir / "metrics.json").read_text())["test"]
-    assert set(metrics["model"]) == {"mae", "rmse", "mase", "directional_accuracy"}
-    assert metrics["persistence"]["mase"] == 1.0
+    assert set(metrics["model"]) == {
+        "mae",
+        "rmse",
+        "mase",
+        "relative_mae",
+        "directional_accuracy",
+    }
+    assert metrics["persistence"]["relative_mae"] == 1.0
     # Even two epochs of a tiny GRU beat the trivial moving-average forecast.
     assert metrics["model"]["mae"] < metrics["moving_average_5"]["mae"]
     assert (run_dir / "model.keras").is_file()

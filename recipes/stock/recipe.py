@@ -248,13 +248,20 @@ def moving_average(closes: np.ndarray, anchors: np.ndarray, days: int) -> np.nda
 def forecast_table(
     model: keras.Model, data: StockData, moving_average_days: int, batch_size: int
 ) -> Metrics:
-    """MAE / RMSE / MASE / directional accuracy of the model and the baselines."""
+    """MAE / RMSE / MASE / relative MAE / directional accuracy of every system.
+
+    MASE is Hyndman and Koehler's: the MAE over the in-sample MAE of the one-step naive
+    forecast on the closes up to the last training target. Relative MAE is the MAE over
+    the persistence forecast's on the same test days.
+    """
     import numpy as np
 
-    from rnnkit.metrics import directional_accuracy, mae, mase, rmse
+    from rnnkit.metrics import directional_accuracy, mae, mase, relative_mae, rmse
 
     split = data.splits["test"]
     closes = data.prices["close"].to_numpy()
+    horizon = split.targets.shape[1]
+    training_closes = closes[: int(data.splits["train"].anchors.max()) + horizon + 1]
     predicted, actual, last = forecast_closes(model, split, closes, batch_size)
     persistence = np.broadcast_to(last[:, None], actual.shape)
     average = np.broadcast_to(
@@ -267,7 +274,8 @@ def forecast_table(
         figures = {
             "mae": mae(actual, forecast),
             "rmse": rmse(actual, forecast),
-            "mase": mase(actual, forecast, persistence),
+            "mase": mase(actual, forecast, training_closes),
+            "relative_mae": relative_mae(actual, forecast, persistence),
         }
         if direction:
             figures["directional_accuracy"] = directional_accuracy(

@@ -148,7 +148,7 @@ def read_inputs(
     texts: list[str] = []
     for item in inputs:
         path = Path(item)
-        if path.is_file():
+        if _is_file(path):
             try:
                 lines = path.read_text(encoding=encoding).splitlines()
             except UnicodeDecodeError as error:
@@ -161,6 +161,14 @@ def read_inputs(
     if not texts:
         raise DataError(nothing_given)
     return texts
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False for a text too long to be a file name."""
+    try:
+        return path.is_file()
+    except OSError:  # e.g. "File name too long": a review is not a path
+        return False
 
 
 def read_aclimdb(

@@ -249,3 +249,15 @@ def test_tfds_offline_fails_fast_before_downloading(monkeypatch):
     message = str(caught.value)
     assert "cannot reach ai.stanford.edu" in message and "\n" not in message
     assert "--set data.path=" in message
+
+
+def test_read_inputs_takes_files_and_texts_even_long_ones(tmp_path):
+    from rnnkit.data.text import read_inputs
+
+    file = tmp_path / "texts.txt"
+    file.write_text("first line\n\n  second line  \n", "utf-8")
+    long_review = "a very long review " * 40  # longer than a file name may be
+    texts = read_inputs([str(file), long_review, "  "], "nothing")
+    assert texts == ["first line", "second line", long_review.strip()]
+    with pytest.raises(DataError, match="nothing to read"):
+        read_inputs(["  "], "nothing to read")

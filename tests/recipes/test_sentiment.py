@@ -70,7 +70,7 @@ def test_run_writes_the_run_directory_and_beats_the_majority(smoke_run):
         :8
     ] == b"\x89PNG\r\n\x1a\n"
     table = json.loads((run_dir / "metrics.json").read_text())["test"]
-    assert list(table) == ["model", "majority", "bag_of_words"]
+    assert list(table) == ["model", "majority", "bag_of_words", "tfidf_bigrams"]
     assert set(table["model"]) == {"accuracy", "precision", "recall", "f1", "roc_auc"}
     assert table["majority"]["accuracy"] == pytest.approx(0.5)
     assert table["majority"]["roc_auc"] == pytest.approx(0.5)
@@ -79,17 +79,29 @@ def test_run_writes_the_run_directory_and_beats_the_majority(smoke_run):
     assert table["model"]["accuracy"] > table["majority"]["accuracy"] + 0.05
     assert table["model"]["roc_auc"] > 0.65
     assert table["bag_of_words"]["accuracy"] > 0.65
-    assert "bag_of_words" in output
+    assert table["tfidf_bigrams"]["accuracy"] > 0.65
+    assert "bag_of_words" in output and "tfidf_bigrams" in output
 
 
 def test_predict_after_reloading_prints_label_and_probability(smoke_run, tmp_path):
     run_dir, _ = smoke_run
-    result = invoke("predict", str(run_dir), "an absolutely wonderful film")
+    import keras
+
+    from rnnkit.models.sequence_classifier import class_probabilities
+
+    texts = ["an absolutely wonderful film", "dull, boring, a waste of time"]
+    result = invoke("predict", str(run_dir), *texts)
     assert result.exit_code == 0, result.output
-    label, probability, text = result.output.strip().split(maxsplit=2)
-    assert label in ("negative", "positive")
-    assert 0.5 <= float(probability) <= 1.0
-    assert text == "an absolutely wonderful film"
+    # What predict prints is the saved model's own answer for each text.
+    model = keras.saving.load_model(run_dir / "model.keras")
+    expected = class_probabilities(model, texts, verbose=0)
+    for line, text, row in zip(
+        result.output.strip().splitlines(), texts, expected, strict=True
+    ):
+        label, probability, printed = line.split(maxsplit=2)
+        assert label == ("negative", "positive")[int(row.argmax())]
+        assert float(probability) == pytest.approx(row.max(), abs=5e-4)
+        assert printed == text
 
     texts = tmp_path / "texts.txt"
     texts.write_text("A masterpiece.\n\nDull, boring, a waste of time.\n", "utf-8")
@@ -266,7 +278,27 @@ def test_multi_class_labels_train_evaluate_and_predict(tmp_path):
     model = recipe.build_model(config, data)
     model.fit(data.train, epochs=1, shuffle=False, verbose=0)
     table = recipe.evaluate(model, data, config)
-    assert set(table) == {"model", "majority", "bag_of_words"}
-    assert all(0.0 <= value <= 1.0 for row in table.values() for value in row.values())
-    lines = recipe.predict(model, ["a truly great film"], config)
-    assert lines[0].split()[0] in ("low", "mid", "high")
+    assert set(table) == {"model", "majority", "bag_of_words", "tfidf_bigrams"}
+    # The table's figures are those of the model's own test predictions, and the
+    # majority row answers the most frequent training class for every text.
+    import numpy as np
+
+    from rnnkit.models.sequence_classifier import class_probabilities
+
+    test = data.text.test
+    probabilities = class_probabilities(model, test.texts, verbose=0)
+    assert probabilities.shape == (len(test), 3)
+    predicted = probabilities.argmax(axis=1)
+    assert table["model"]["accuracy"] == pytest.approx(
+        np.mean(predicted == test.labels)
+    )
+    majority = np.bincount(data.text.train.labels, minlength=3).argmax()
+    assert table["majority"]["accuracy"] == pytest.approx(
+        np.mean(test.labels == majority)
+    )
+    names = list(data.text.class_names)
+    lines = recipe.predict(model, list(test.texts[:3]), config)
+    for line, row in zip(lines, probabilities[:3], strict=True):
+        label, probability, _ = line.split(maxsplit=2)
+        assert label == names[int(row.argmax())]
+        assert float(probability) == pytest.approx(row.max(), abs=5e-4)

@@ -83,13 +83,18 @@ def zero_return_model(window: int, horizon: int) -> keras.Model:
 def test_persistence_equivalent_model_scores_exactly_like_persistence(smoke_data):
     table = forecast_table(zero_return_model(10, 1), smoke_data, 5, batch_size=64)
     assert table["model"]["mae"] == pytest.approx(table["persistence"]["mae"])
-    assert table["model"]["mase"] == pytest.approx(1.0)
+    assert table["model"]["relative_mae"] == pytest.approx(1.0)
     # A forecast of no change never has the right direction on a day that moved.
     assert table["model"]["directional_accuracy"] == 0.0
     split = smoke_data.splits["test"]
     closes = smoke_data.prices["close"].to_numpy()
     actual_mae = np.mean(np.abs(closes[split.anchors + 1] - closes[split.anchors]))
     assert table["persistence"]["mae"] == pytest.approx(actual_mae)
+    # MASE scales by the naive one-step error inside the training span only.
+    train_end = smoke_data.splits["train"].anchors.max() + 1
+    naive_mae = np.mean(np.abs(np.diff(closes[: train_end + 1])))
+    assert table["persistence"]["mase"] == pytest.approx(actual_mae / naive_mae)
+    assert table["model"]["mase"] == pytest.approx(table["persistence"]["mase"])
     up = np.mean(closes[split.anchors + 1] > closes[split.anchors])
     moved = np.mean(closes[split.anchors + 1] != closes[split.anchors])
     assert table["always_up"]["directional_accuracy"] == pytest.approx(up / moved)

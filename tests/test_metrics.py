@@ -1,0 +1,70 @@
+"""rnnkit.metrics against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rnnkit import metrics
+
+
+def test_mase_scales_by_the_in_sample_naive_error():
+    training = np.array([10.0, 12.0, 11.0, 14.0])  # naive one-step MAE: (2+1+3)/3 = 2
+    actual = np.array([15.0, 16.0])
+    predicted = np.array([14.0, 19.0])  # MAE (1 + 3) / 2 = 2
+    assert metrics.mase(actual, predicted, training) == pytest.approx(1.0)
+    assert metrics.mase(actual, actual, training) == 0.0
+    # The scale comes from the training series, not from the test days.
+    assert metrics.mase(actual, predicted, training * 2) == pytest.approx(0.5)
+    assert math.isnan(metrics.mase(actual, predicted, np.ones(5)))
+    with pytest.raises(ValueError, match="at least two"):
+        metrics.mase(actual, predicted, np.array([1.0]))
+
+
+def test_relative_mae_is_against_the_reference_on_the_same_days():
+    actual = np.array([1.0, 2.0, 3.0])
+    reference = np.array([2.0, 2.0, 2.0])  # MAE 2/3
+    predicted = np.array([1.0, 2.0, 4.0])  # MAE 1/3
+    assert metrics.relative_mae(actual, predicted, reference) == pytest.approx(0.5)
+    assert math.isnan(metrics.relative_mae(actual, predicted, actual))
+
+
+def test_binary_classification_metrics_by_hand():
+    labels = np.array([1, 1, 1, 0, 0, 0, 0])
+    positive = np.array([0.9, 0.8, 0.3, 0.6, 0.2, 0.1, 0.3])
+    probabilities = np.stack([1 - positive, positive], axis=1)
+    figures = metrics.classification_metrics(labels, probabilities)
+    # Predicted 1 for 0.9, 0.8, 0.6: tp 2, fp 1, fn 1.
+    assert figures["accuracy"] == pytest.approx(5 / 7)
+    assert figures["precision"] == pytest.approx(2 / 3)
+    assert figures["recall"] == pytest.approx(2 / 3)
+    assert figures["f1"] == pytest.approx(2 / 3)
+    # Positive-negative pairs ranked right: 0.9 and 0.8 beat all 4; 0.3 beats 0.2, 0.1
+    # and ties 0.3 (half): (4 + 4 + 2.5) / 12.
+    assert figures["roc_auc"] == pytest.approx(10.5 / 12)
+    matrix = metrics.confusion_matrix(labels, probabilities.argmax(1), 2)
+    assert matrix.tolist() == [[3, 1], [1, 2]]
+
+
+def test_multiclass_auc_averages_the_classes_present():
+    labels = np.array([0, 0, 1, 1])  # class 2 is absent from the test labels
+    probabilities = np.array(
+        [[0.8, 0.1, 0.1], [0.4, 0.5, 0.1], [0.3, 0.6, 0.1], [0.2, 0.3, 0.5]]
+    )
+    # Class 0 one-vs-rest: 0.8, 0.4 vs 0.3, 0.2 -> 1.0. Class 1: 0.6, 0.3 vs 0.1, 0.5
+    # -> (1 + 1 + 0 + 1) / 4 = 0.75.
+    assert metrics.roc_auc(labels, probabilities) == pytest.approx(0.875)
+    precision, recall, f1 = metrics.precision_recall_f1(
+        labels, probabilities.argmax(1), 3
+    )
+    # Predictions 0, 1, 1, 2: class 0 p=1 r=.5, class 1 p=.5 r=.5, class 2 p=0 r=0.
+    assert precision == pytest.approx((1 + 0.5 + 0) / 3)
+    assert recall == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert f1 == pytest.approx((2 / 3 + 0.5 + 0) / 3)
+
+
+def test_auc_is_nan_with_a_single_class():
+    probabilities = np.array([[0.2, 0.8], [0.6, 0.4]])
+    assert math.isnan(metrics.roc_auc(np.array([1, 1]), probabilities))
