@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import click
 
 from rnnkit import __version__, registry
 from rnnkit import config as config_lib
+from rnnkit._native_logs import import_frameworks_quietly, quiet_native_logs
 from rnnkit.errors import RnnkitError
 from rnnkit.recipe import Recipe
 
@@ -181,13 +181,29 @@ class RecipeGroup(click.Group):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rnnkit")
-def main() -> None:
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Show TensorFlow's native start-up and runtime log lines (hidden by default).",
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """Recurrent-network recipes for Keras: train, evaluate, predict and tune."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    ctx.meta["rnnkit.verbose"] = verbose
+    if not verbose:
+        quiet_native_logs()
     logger = logging.getLogger("rnnkit")
     if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
         logger.addHandler(_EchoHandler())
         logger.setLevel(logging.INFO)
+
+
+def _load_frameworks() -> None:
+    """Imports TensorFlow and Keras, without their native start-up lines unless
+    `rnnkit --verbose` was given (see rnnkit/_native_logs.py)."""
+    context = click.get_current_context(silent=True)
+    if context is None or not context.meta.get("rnnkit.verbose", False):
+        import_frameworks_quietly()
 
 
 class _EchoHandler(logging.Handler):
@@ -225,6 +241,7 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
 
 def _run_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        _load_frameworks()
         from rnnkit import runner
 
         with user_errors():
@@ -292,6 +309,7 @@ def evaluate(
     output: Path | None,
 ) -> None:
     """Evaluate the saved model of RUN_DIR on the test split (no retraining)."""
+    _load_frameworks()
     from rnnkit import runner
 
     with user_errors():
@@ -319,6 +337,7 @@ def predict(run_dir: Path, inputs: tuple[str, ...]) -> None:
     prediction (its `predict_options`), e.g. the translation recipe's
     `--beam N --n-best K`.
     """
+    _load_frameworks()
     from rnnkit import runner
 
     with user_errors():
@@ -359,6 +378,7 @@ def _predict_options(recipe: Recipe, args: list[str]) -> tuple[list[str], dict]:
 
 def _tune_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        _load_frameworks()
         from rnnkit import tuning
 
         with user_errors():
@@ -433,6 +453,7 @@ def tune() -> None:
 @main.command()
 def info() -> None:
     """Show versions, the Keras backend and the visible devices."""
+    _load_frameworks()
     import keras
 
     from rnnkit.runner import versions

@@ -29,12 +29,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-# Keras' own recurrent layers run their time loop through `backend.rnn` and take the
-# cuDNN kernel through `backend.lstm`/`backend.gru`; neither is exported publicly.
-# `DropoutRNNCell` is the mix-in that `keras.layers.RNN` recognises to refresh a
-# cell's per-sequence dropout masks.
-from keras.src import backend as keras_backend
-from keras.src.layers.rnn.dropout_rnn_cell import DropoutRNNCell
+# Keras' time loop (`backend.rnn`), its cuDNN kernels and the dropout-cell mix-in are
+# private: they come from the one module that checks them (see its docstring).
+from rnnkit._keras_private import DropoutRNNCell
+from rnnkit._keras_private import backend as keras_backend
 
 STATE_DTYPE = "float32"
 
@@ -64,6 +62,30 @@ _DERIVATIVE_FROM_OUTPUT = {
 def derivative_from_output(function):
     """f with phi'(a) = f(phi(a)) for `function` = phi, or None when not known."""
     return _DERIVATIVE_FROM_OUTPUT.get(_activation_name(function))
+
+
+def _cudnn_mask_ok(mask):
+    """True where cuDNN can take the mask: right-padded, no fully masked row."""
+    mask = ops.cast(mask, "bool")  # (batch, time)
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)
+    steps = ops.arange(ops.shape(mask)[1], dtype="int32")  # (time,)
+    right_padded = ops.expand_dims(steps, 0) < ops.expand_dims(lengths, 1)
+    return ops.logical_and(ops.all(ops.equal(mask, right_padded)), ops.all(lengths > 0))
+
+
+def _cudnn_mask_blocker(mask) -> str | None:
+    """Why cuDNN cannot take `mask` ("" if it can), or None inside a tf.function,
+    where the mask's values are known per batch only."""
+    import tensorflow as tf
+
+    if not tf.executing_eagerly():
+        return None
+    if bool(_cudnn_mask_ok(mask)):
+        return ""
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+    if not bool(ops.all(lengths > 0)):
+        return "mask with a fully masked row"
+    return "left-padded mask"
 
 
 class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
@@ -266,7 +288,11 @@ class RecurrentLayer(keras.layers.RNN):
 
     Subclasses pass their cell and may implement `_cudnn_blockers()` and
     `_run_cudnn()` to hand a qualifying configuration to the fused cuDNN kernel.
-    After a call, `execution_path` says which path ran and why.
+    After a call, `execution_path` says which path ran and why. It is set while the
+    call is traced: eagerly that is every call, but inside a `tf.function` (as in
+    `Model.fit`) it describes the trace, and a masked batch there chooses between
+    cuDNN (right-padded) and the generic loop (left-padded) when it runs, which the
+    string then says.
     """
 
     def __init__(
@@ -334,6 +360,29 @@ class RecurrentLayer(keras.layers.RNN):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         blockers = self._cudnn_blockers(training)
+        generic_path, generic_loop = self._generic_path(
+            sequences, initial_state, mask, training
+        )
+        if not blockers and mask is not None:
+            # cuDNN takes right-padded masks without a fully masked row only (as
+            # Keras' own check); anything else runs the generic loop.
+            mask_blocker = _cudnn_mask_blocker(mask)
+            if mask_blocker is None:
+                # Inside a tf.function the mask is known per batch only: both paths
+                # are traced and the batch chooses (as Keras 2's LSTM did).
+                try:
+                    return self._cudnn_or_generic_per_batch(
+                        sequences,
+                        initial_state,
+                        mask,
+                        training,
+                        generic_path,
+                        generic_loop,
+                    )
+                except NotImplementedError:
+                    mask_blocker = "the cuDNN kernel rejected this input"
+            if mask_blocker:
+                blockers = [mask_blocker]
         if not blockers:
             try:
                 outputs = self._run_cudnn(sequences, initial_state, mask, training)
@@ -347,6 +396,11 @@ class RecurrentLayer(keras.layers.RNN):
                 f"{'; '.join(blockers)}. Pass use_cudnn='auto' to fall back to the "
                 "generic loop."
             )
+        self.execution_path = f"{generic_path}: {'; '.join(blockers)}"
+        return generic_loop()
+
+    def _generic_path(self, sequences, initial_state, mask, training):
+        """The generic loop's name ("generic loop, hand-written BPTT") and runner."""
         path = "generic loop"
         hand_written = False
         if training:
@@ -359,9 +413,35 @@ class RecurrentLayer(keras.layers.RNN):
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
-        self.execution_path = f"{path}: {'; '.join(blockers)}"
-        return self._generic_loop(
-            sequences, initial_state, mask, training, hand_written
+
+        def generic_loop():
+            return self._generic_loop(
+                sequences, initial_state, mask, training, hand_written
+            )
+
+        return path, generic_loop
+
+    def _cudnn_or_generic_per_batch(
+        self, sequences, initial_state, mask, training, generic_path, generic_loop
+    ):
+        import tensorflow as tf
+
+        def same_structure(loop):
+            def run():
+                last_output, outputs, states = loop()
+                return last_output, outputs, list(states)
+
+            return run
+
+        def cudnn():
+            return self._run_cudnn(sequences, initial_state, mask, training)
+
+        self.execution_path = (
+            "per batch in this trace: cudnn: fused kernel for right-padded masks, "
+            f"{generic_path}: left-padded mask otherwise"
+        )
+        return tf.cond(
+            _cudnn_mask_ok(mask), same_structure(cudnn), same_structure(generic_loop)
         )
 
     def _bptt_blockers(self) -> list[str]:
