@@ -7,7 +7,8 @@ import functools
 from pathlib import Path
 
 import pandas as pd
-import pytest
+
+from tests.shared_data import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTIMENT_DATA = ROOT.parent / "shared" / "data" / "sentiment"
@@ -21,8 +22,7 @@ def imdb_sample(split: str, per_class: int) -> pd.DataFrame:
     """The first `per_class` positive and negative reviews of the IMDB `split`
     (columns id, rating, label, text), positives first."""
     path = SENTIMENT_DATA / f"imdb_{split}.csv.gz"
-    if not path.is_file():
-        pytest.skip(f"shared data file {path} is not available")
+    require(path)
     positive = pd.read_csv(path, nrows=per_class)
     negative = pd.read_csv(path, skiprows=range(1, _CLASS_SIZE + 1), nrows=per_class)
     return pd.concat([positive, negative], ignore_index=True)

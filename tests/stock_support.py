@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
+
+from tests.shared_data import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = ROOT / "recipes" / "stock" / "configs" / "smoke.toml"
@@ -40,8 +41,7 @@ def write_msft_csv(path: Path, start: str = "2014-11-01") -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _sp500_head() -> pd.DataFrame:
-    if not SP500_FILE.is_file():
-        pytest.skip(f"shared data file {SP500_FILE} is not available")
+    require(SP500_FILE)
     # The file is grouped by ticker: its first rows hold AAL, AAPL and part of AAP.
     return pd.read_csv(SP500_FILE, nrows=3000)
 

@@ -25,3 +25,20 @@ def test_ci_runs_the_readme_commands_verbatim():
     ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     for command in readme_commands():
         assert command in ci_lines, f"CI does not run README's {command!r}"
+
+
+def test_ci_turns_missing_shared_data_into_failures(monkeypatch, tmp_path):
+    import pytest
+
+    from tests.shared_data import REQUIRE_VARIABLE, require
+
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"export {REQUIRE_VARIABLE}=1" in ci
+    missing = tmp_path / "no-such-dataset.csv"
+    monkeypatch.setenv(REQUIRE_VARIABLE, "1")
+    with pytest.raises(pytest.fail.Exception, match="no-such-dataset.csv"):
+        require(missing)
+    monkeypatch.delenv(REQUIRE_VARIABLE)
+    with pytest.raises(pytest.skip.Exception, match="no-such-dataset.csv"):
+        require(missing)
+    assert require(tmp_path) == tmp_path

@@ -55,11 +55,11 @@ def workdir(tmp_path_factory):
 
 def prepare(command: str, workdir: Path) -> None:
     """Creates what a command expects the user to have (their files, a broken run)."""
+    from tests.shared_data import require
     from tests.stock_support import SP500_FILE, write_sp500_slice
 
     if "all_stocks_5yr.csv" in command:
-        if not SP500_FILE.is_file():
-            pytest.skip(f"{SP500_FILE} is not available")
+        require(SP500_FILE)
         write_sp500_slice(workdir / "all_stocks_5yr.csv")
     resume = re.search(r"--resume (\S+)", command)
     if resume and not (workdir / resume.group(1)).exists():

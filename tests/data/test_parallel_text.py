@@ -8,8 +8,9 @@ import pytest
 
 from rnnkit.data import parallel_text as pt
 from rnnkit.errors import DataError
+from tests.shared_data import SHARED_DATA, require
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "translation"
+SHARED = SHARED_DATA / "translation"
 ANKI_LINES = "Go.\tVe.\nI'm hungry!\t¡Tengo hambre!\nWhere is it?\t¿Dónde está?\n"
 
 
@@ -120,8 +121,8 @@ def test_read_parallel_files_gzip_and_misalignment(tmp_path):
         pt.read_parallel_files(tmp_path / "c_train.de.gz", tmp_path / "hole.en")
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
 def test_real_corpora():
+    require(SHARED)
     multi30k = pt.read_parallel_files(
         SHARED / "multi30k_val.de.gz", SHARED / "multi30k_val.en.gz"
     )

@@ -21,6 +21,7 @@ from rnnkit import config as config_lib
 from rnnkit import runner
 from rnnkit.cli import main
 from rnnkit.data.parallel_text import read_parallel_files
+from tests.shared_data import require
 from tests.stock_support import ROOT
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
@@ -44,8 +45,7 @@ def error_line(result) -> str:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """500 real Multi30k de->en pairs per split, a small model, five epochs."""
-    if not (TRANSLATION_DATA / "multi30k_train.de.gz").is_file():
-        pytest.skip("shared translation data not available")
+    require(TRANSLATION_DATA / "multi30k_train.de.gz")
     run_dir = tmp_path_factory.mktemp("runs") / "translation"
     records = []
     handler = logging.Handler()
