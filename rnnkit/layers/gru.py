@@ -62,7 +62,7 @@ class GRUCell(RecurrentCell):
         `(h_t, h_t)`.
 
     Example:
-    >>> keras.layers.RNN(GRUCell(4))(np.zeros((2, 10, 8))).shape
+    >>> tuple(keras.layers.RNN(GRUCell(4))(np.zeros((2, 10, 8))).shape)
     (2, 4)
 
     Reference:
@@ -288,7 +288,7 @@ class GRU(RecurrentLayer):
         `return_state`, followed by h_T.
 
     Example:
-    >>> GRU(4, return_sequences=True)(np.zeros((32, 10, 8))).shape
+    >>> tuple(GRU(4, return_sequences=True)(np.zeros((32, 10, 8))).shape)
     (32, 10, 4)
 
     Reference:

@@ -65,7 +65,7 @@ class LSTMCell(RecurrentCell):
 
     Example:
     >>> cell = LSTMCell(4)
-    >>> keras.layers.RNN(cell)(np.zeros((2, 10, 8))).shape
+    >>> tuple(keras.layers.RNN(cell)(np.zeros((2, 10, 8))).shape)
     (2, 4)
 
     Reference:
@@ -307,11 +307,11 @@ class LSTM(RecurrentLayer):
         `return_state`, followed by h_T and c_T.
 
     Example:
-    >>> LSTM(4)(np.zeros((32, 10, 8))).shape
+    >>> tuple(LSTM(4)(np.zeros((32, 10, 8))).shape)
     (32, 4)
     >>> outputs, h, c = LSTM(4, return_sequences=True, return_state=True)(
     ...     np.zeros((32, 10, 8)))
-    >>> outputs.shape, h.shape, c.shape
+    >>> tuple(outputs.shape), tuple(h.shape), tuple(c.shape)
     ((32, 10, 4), (32, 4), (32, 4))
 
     Reference:

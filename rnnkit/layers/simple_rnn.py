@@ -45,7 +45,7 @@ class SimpleRNNCell(RecurrentCell):
         `(h_t, h_t)`.
 
     Example:
-    >>> keras.layers.RNN(SimpleRNNCell(4))(np.zeros((2, 10, 8))).shape
+    >>> tuple(keras.layers.RNN(SimpleRNNCell(4))(np.zeros((2, 10, 8))).shape)
     (2, 4)
 
     Reference:
@@ -148,7 +148,7 @@ class SimpleRNN(RecurrentLayer):
         `return_state`, followed by h_T.
 
     Example:
-    >>> SimpleRNN(4)(np.zeros((32, 10, 8))).shape
+    >>> tuple(SimpleRNN(4)(np.zeros((32, 10, 8))).shape)
     (32, 4)
 
     Reference:

@@ -99,8 +99,8 @@ class EncoderDecoder(keras.Model):
 
     Example:
     >>> model = EncoderDecoder(1000, 800, embedding_dim=32, units=64)
-    >>> model({"source": np.ones((2, 7), "int32"),
-    ...        "target_in": np.ones((2, 5), "int32")}).shape
+    >>> tuple(model({"source": np.ones((2, 7), "int32"),
+    ...              "target_in": np.ones((2, 5), "int32")}).shape)
     (2, 5, 800)
 
     Reference:

@@ -52,8 +52,8 @@ class TextStandardizer:
             Defaults to `True`.
 
     Example:
-    >>> TextStandardizer()(tf.constant(["Great film!<br />Loved it."]))
-    <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'great film  loved it '],...)>
+    >>> TextStandardizer()(tf.constant(["Great film!<br />Loved it."])).numpy()
+    array([b'great film  loved it '], dtype=object)
     """
 
     def __init__(self, lowercase: bool = True):
@@ -101,8 +101,9 @@ class TruncateSequence(keras.layers.Layer):
         Integer tensor (batch, min(time + 1, max_length)), padded on the right.
 
     Example:
-    >>> TruncateSequence(3, keep="last")(np.array([[1, 2, 3, 4, 5], [6, 7, 0, 0, 0]]))
-    array([[3, 4, 5], [6, 7, 0]])
+    >>> tokens = np.array([[1, 2, 3, 4, 5], [6, 7, 0, 0, 0]])
+    >>> keras.ops.convert_to_numpy(TruncateSequence(3, keep="last")(tokens)).tolist()
+    [[3, 4, 5], [6, 7, 0]]
     """
 
     def __init__(self, max_length: int, keep: str = "first", **kwargs):
@@ -167,7 +168,7 @@ class ClassificationHead(keras.layers.Dense):
         Probabilities (batch, 1) for two classes, (batch, num_classes) otherwise.
 
     Example:
-    >>> ClassificationHead(["negative", "positive"])(np.ones((4, 8))).shape
+    >>> tuple(ClassificationHead(["negative", "positive"])(np.ones((4, 8))).shape)
     (4, 1)
     """
 
@@ -211,8 +212,9 @@ class MaskedGlobalMaxPooling1D(keras.layers.Layer):
 
     Example:
     >>> x = np.array([[[1.0], [5.0], [9.0]]])
-    >>> MaskedGlobalMaxPooling1D()(x, mask=np.array([[True, True, False]]))
-    array([[5.]])
+    >>> pooled = MaskedGlobalMaxPooling1D()(x, mask=np.array([[True, True, False]]))
+    >>> keras.ops.convert_to_numpy(pooled).tolist()
+    [[5.0]]
     """
 
     def __init__(self, **kwargs):

@@ -288,10 +288,17 @@ def check_cell_in_keras_rnn(family: Family):
     assert_close(
         keras.ops.convert_to_numpy(rnn(x)), keras.ops.convert_to_numpy(layer(x))
     )
+    # Two stacked cells compute what two stacked layers with the same weights do.
+    first, second = family.layer(UNITS, return_sequences=True), family.layer(3)
+    expected = keras.ops.convert_to_numpy(second(first(x)))
     stacked = keras.layers.RNN(
         keras.layers.StackedRNNCells([family.cell(UNITS), family.cell(3)])
     )
-    assert tuple(stacked(x).shape) == (BATCH, 3)
+    stacked(x)
+    stacked.set_weights(first.get_weights() + second.get_weights())
+    outputs = keras.ops.convert_to_numpy(stacked(x))
+    assert outputs.shape == (BATCH, 3)
+    assert_close(outputs, expected, what="StackedRNNCells vs stacked layers")
 
 
 def check_save_and_reload(family: Family, tmp_path):
@@ -330,10 +337,38 @@ def check_save_and_reload(family: Family, tmp_path):
 
 def check_mixed_precision(family: Family):
     """Under mixed_float16 the layer computes in float16, keeps its state in float32,
-    stays close to the float32 result, and a training step gives a finite loss."""
+    stays close to the float32 result, and a training step's loss and updated weights
+    stay close to the float32 model's from the same weights."""
     x = random_inputs(6, steps=40)
+    y = np.random.RandomState(7).randn(BATCH, 1).astype("float32")
     reference = family.layer(UNITS, return_sequences=True)
     expected = keras.ops.convert_to_numpy(reference(x))
+
+    def training_model(loss_scale=None):
+        model = keras.Sequential(
+            [keras.Input((None, FEATURES)), family.layer(UNITS), keras.layers.Dense(1)]
+        )
+        optimizer = keras.optimizers.SGD(0.1)
+        if loss_scale:
+            # A fixed small scale: Keras' default dynamic scale (2**15) overflows
+            # float16 on the first step and skips it, which would compare nothing.
+            optimizer = keras.optimizers.LossScaleOptimizer(
+                optimizer, initial_scale=loss_scale
+            )
+        model.compile(optimizer=optimizer, loss="mse")
+        return model
+
+    float_model = training_model()
+    keras.utils.set_random_seed(3)
+    initial = [w.copy() for w in float_model.get_weights()]
+    float_loss = float(float_model.train_on_batch(x, y))
+    float_weights = float_model.get_weights()
+    moved = max(
+        np.abs(a - b).max() for a, b in zip(float_weights, initial, strict=True)
+    )
+    assert moved > 1e-2, (
+        "the step must move the weights for the comparison to mean much"
+    )
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
@@ -349,12 +384,14 @@ def check_mixed_precision(family: Family):
         assert_close(
             keras.ops.convert_to_numpy(outputs).astype("float32"), expected, 1e-2
         )
-        model = keras.Sequential(
-            [keras.Input((None, FEATURES)), family.layer(UNITS), keras.layers.Dense(1)]
-        )
-        model.compile(optimizer="adam", loss="mse")
-        loss = model.train_on_batch(x, np.ones((BATCH, 1), "float32"))
-        assert np.isfinite(loss)
+        model = training_model(loss_scale=8.0)
+        model.set_weights(initial)
+        loss = float(model.train_on_batch(x, y))
+        np.testing.assert_allclose(loss, float_loss, rtol=1e-2)
+        for updated, expected_weight in zip(
+            model.get_weights(), float_weights, strict=True
+        ):
+            np.testing.assert_allclose(updated, expected_weight, atol=2e-3)
     finally:
         keras.config.set_dtype_policy(previous)
 

@@ -25,6 +25,32 @@ def test_shapes_and_layers(cell_type):
     assert model.predict(inputs[:5], verbose=0).shape == (5, 4)
 
 
+@pytest.mark.parametrize("cell_type", ["lstm", "gru"])
+def test_computes_normalize_then_stack_then_dense(cell_type):
+    """Against an independent stack: numpy scaling with the training statistics, the
+    Keras built-in layers with the model's weights, and the Dense layer in numpy."""
+    import keras
+
+    rng = np.random.default_rng(2)
+    training = rng.normal(3.0, 2.0, size=(64, 12, 3)).astype("float32")
+    model = build_sequence_regressor(
+        training, outputs=4, cell_type=cell_type, units=8, num_layers=2
+    )
+    builtin = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}[cell_type]
+    first, second = builtin(8, return_sequences=True), builtin(8)
+    x = rng.normal(size=(5, 12, 3)).astype("float32")
+    flat = training.reshape(-1, 3)
+    scaled = (x - flat.mean(axis=0)) / np.sqrt(flat.var(axis=0))
+    first(scaled), second(first(scaled))
+    first.set_weights(model.get_layer(f"{cell_type}_1").get_weights())
+    second.set_weights(model.get_layer(f"{cell_type}_2").get_weights())
+    hidden = keras.ops.convert_to_numpy(second(first(scaled)))
+    kernel, bias = model.get_layer("forecast").get_weights()
+    np.testing.assert_allclose(
+        model.predict(x, verbose=0), hidden @ kernel + bias, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
