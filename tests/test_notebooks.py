@@ -1,4 +1,5 @@
-"""Every teaching notebook runs top to bottom without an error."""
+"""Every teaching notebook runs top to bottom without an error, and the committed
+copies hold the outputs of such a run."""
 
 from pathlib import Path
 
@@ -6,12 +7,61 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+from tests.shared_data import SHARED_DATA, require
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# Each trains several models (about a minute of CPU each): run with -m slow.
+SLOW = {"05_seq2seq_translation", "06_recipes_quickstart"}
+
+
+def _errors(notebook) -> list:
+    return [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
+    ]
+
+
+def test_the_course_is_there():
+    names = [path.stem for path in NOTEBOOKS]
+    assert names[:6] == [
+        "01_rnn_from_scratch",
+        "02_bptt_and_gradients",
+        "03_lstm_and_gru",
+        "04_attention",
+        "05_seq2seq_translation",
+        "06_recipes_quickstart",
+    ], names
+    assert SLOW <= set(names)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_committed_notebook_was_run_top_to_bottom(path):
+    notebook = nbformat.read(path, as_version=4)
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    counts = [cell.get("execution_count") for cell in code_cells]
+    # One run, every cell once, in order: 1, 2, ..., n.
+    assert counts == list(range(1, len(code_cells) + 1)), counts
+    assert not _errors(notebook), _errors(notebook)[0].get("evalue")
+    assert any(cell.get("outputs") for cell in code_cells), "no outputs kept"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(path, id=path.stem, marks=[pytest.mark.slow] * (path.stem in SLOW))
+        for path in NOTEBOOKS
+    ],
+)
 def test_notebook_runs(path, tmp_path, monkeypatch):
+    require(SHARED_DATA)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The notebooks run in tmp_path (their run folders land there) and find the
+    # repository, and the shared data beside it, through RNNKIT_ROOT.
+    monkeypatch.setenv("RNNKIT_ROOT", str(ROOT))
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(
         notebook,
@@ -19,11 +69,4 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         kernel_name="python3",
         resources={"metadata": {"path": str(tmp_path)}},
     ).execute()
-    errors = [
-        output
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "error"
-    ]
-    assert not errors
+    assert not _errors(notebook)
