@@ -214,10 +214,14 @@ class LanguageModel(keras.Model):
         ):
             hidden = layer(hidden, training=training)  # (batch, time, units)
             hidden = dropout(hidden, training=training)
+        return self.logits(hidden)
+
+    def logits(self, hidden):
+        """Next-token logits (..., vocabulary) from last-layer states (..., units)."""
         if self.output_projection is not None:
             return ops.cast(self.output_projection(hidden), "float32")
         embeddings = ops.cast(self.embedding.embeddings, hidden.dtype)
-        logits = ops.matmul(hidden, ops.transpose(embeddings))  # (batch, time, vocab)
+        logits = ops.matmul(hidden, ops.transpose(embeddings))  # (..., vocabulary)
         return ops.cast(logits, "float32") + self.output_bias
 
     def reset_states(self) -> None:

@@ -262,6 +262,19 @@ def test_predict_samples_reproducibly(smoke_run):
     assert result.stdout.rstrip("\n") == first
 
 
+def test_diagnose_writes_into_the_run_directory(smoke_run):
+    result = invoke("diagnose", str(smoke_run), "--steps", "2", "--window", "10")
+    assert result.exit_code == 0, result.output[-2000:]
+    table = (smoke_run / "diagnostics" / "gradient_norms.csv").read_text()
+    assert {line.split(",")[1] for line in table.splitlines()[1:]} == {
+        "fresh",
+        "trained",
+    }
+    assert (smoke_run / "diagnostics" / "gradient_norms.png").is_file()
+    mixed = invoke("diagnose", str(smoke_run), "--cell", "lstm")
+    assert "leave out RUN_DIR" in error_line(mixed)
+
+
 @pytest.mark.parametrize(
     "assignments, message",
     [
