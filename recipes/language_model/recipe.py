@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -60,6 +61,10 @@ if TYPE_CHECKING:
     from rnnkit_recipes.language_model.data import LanguageModelData
 
 log = logging.getLogger("rnnkit")
+
+# Copies of a model for other batch sizes, kept while the model lives, so that
+# repeated evaluations and predictions reuse their compiled predict functions.
+_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass
@@ -417,8 +422,7 @@ def mean_cross_entropy(
 
     from rnnkit.data.token_stream import stream_batches
 
-    reader = model.with_batch_size(streams, stateful=carry_state)
-    reader.reset_states()
+    reader = _reader(model, streams, carry_state)
     total, count = 0.0, 0
     for inputs, targets in stream_batches(ids, streams, bptt, keep_partial=True):
         logits = np.asarray(reader.predict_on_batch(inputs), "float64")
@@ -428,6 +432,20 @@ def mean_cross_entropy(
         total += float((log_normaliser - picked).sum())
         count += targets.size
     return total / count
+
+
+def _reader(model: keras.Model, batch_size: int, stateful: bool) -> keras.Model:
+    """A copy of `model` with its current weights for `batch_size` rows, states
+    cleared."""
+    copies = _readers.setdefault(model, {})
+    key = (batch_size, stateful)
+    if key in copies:
+        copies[key].set_weights(model.get_weights())
+    else:
+        copies[key] = model.with_batch_size(batch_size, stateful=stateful)
+    reader = copies[key]
+    reader.reset_states()
+    return reader
 
 
 # -- Generation ----------------------------------------------------------------------
@@ -448,8 +466,7 @@ def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> st
     if not prompt_tokens:
         prompt_tokens = [EOS] if EOS in index else [model.tokens[-1]]
     prompt_ids = [index.get(token, 0) for token in prompt_tokens]
-    reader = model.with_batch_size(1, stateful=True)
-    reader.reset_states()
+    reader = _reader(model, 1, stateful=True)
     generated = decoding.sample_sequence(
         reader.predict_on_batch,
         prompt_ids,
