@@ -294,7 +294,10 @@ class LanguageModelRecipe(Recipe):
 
         streams, bptt = config.evaluation.batch_size, config.train.bptt
         # The tokens the model scores (see mean_cross_entropy), for the baselines.
-        scored = data.test_ids[: streams * ((len(data.test_ids) - 1) // streams) + 1]
+        test_streams = _stream_count(data.test_ids, streams)
+        scored = data.test_ids[
+            : test_streams * ((len(data.test_ids) - 1) // test_streams) + 1
+        ]
         test_nats = mean_cross_entropy(model, data.test_ids, streams, bptt)
         reset_nats = mean_cross_entropy(
             model, data.test_ids, streams, bptt, carry_state=False
@@ -416,12 +419,14 @@ def mean_cross_entropy(
     token predicted once (the last, shorter window included). With `carry_state` the
     state runs through each row from its first token to its last; without it, every
     window starts from a zero state. Tokens past `streams * ((len(ids) - 1) //
-    streams) + 1` (fewer than `streams`) are not scored.
+    streams) + 1` (fewer than `streams`) are not scored; a split shorter than
+    `streams + 1` tokens is read by fewer streams.
     """
     import numpy as np
 
     from rnnkit.data.token_stream import stream_batches
 
+    streams = _stream_count(ids, streams)
     reader = _reader(model, streams, carry_state)
     total, count = 0.0, 0
     for inputs, targets in stream_batches(ids, streams, bptt, keep_partial=True):
@@ -432,6 +437,11 @@ def mean_cross_entropy(
         total += float((log_normaliser - picked).sum())
         count += targets.size
     return total / count
+
+
+def _stream_count(ids: np.ndarray, wanted: int) -> int:
+    """`wanted` streams, or fewer for a split too short to give each a token."""
+    return max(1, min(wanted, len(ids) - 1))
 
 
 def _reader(model: keras.Model, batch_size: int, stateful: bool) -> keras.Model:

@@ -290,3 +290,17 @@ def test_bad_settings_are_one_line_errors(tmp_path, assignments, message):
         str(tmp_path / "run"), *sets,
     )  # fmt: skip
     assert message in error_line(result)
+
+
+def test_a_split_shorter_than_the_streams_is_read_by_fewer():
+    from rnnkit.models.language_model import LanguageModel
+
+    keras.utils.set_random_seed(2)
+    model = LanguageModel(list("abc"), embedding_dim=2, units=3, num_layers=1)
+    model.build()
+    ids = np.array([0, 1, 2, 1])  # 3 streams of one token each, from a zero state
+    logits = keras.ops.convert_to_numpy(model(ids[:-1, None]))[:, 0]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -log_probs[np.arange(3), ids[1:]].mean()
+    value = mean_cross_entropy(model, ids, streams=10, bptt=2)
+    assert value == pytest.approx(float(expected), rel=1e-5)
