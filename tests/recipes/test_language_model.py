@@ -304,3 +304,14 @@ def test_a_split_shorter_than_the_streams_is_read_by_fewer():
     expected = -log_probs[np.arange(3), ids[1:]].mean()
     value = mean_cross_entropy(model, ids, streams=10, bptt=2)
     assert value == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "ptb_small", "ptb_medium"])
+def test_config_files_resolve(name):
+    config = config_lib.resolve(LanguageModelConfig, CONFIGS / f"{name}.toml", {})
+    if name == "default":
+        assert config == LanguageModelConfig()
+    if name.startswith("ptb"):
+        # Zaremba et al.'s rate 1 and clip 5 on the per-window sum of losses.
+        assert config.train.learning_rate == config.train.bptt
+        assert config.train.clipnorm == pytest.approx(5 / config.train.bptt, rel=1e-5)
