@@ -309,40 +309,6 @@ class SentimentRecipe(Recipe):
         return self._predictions[2]
 
 
-def _majority_probabilities(
-    train: TextSplit, test: TextSplit, num_classes: int
-) -> np.ndarray:
-    """Every test text gets the training class frequencies: the majority class wins."""
-    import numpy as np
-
-    frequencies = np.bincount(train.labels, minlength=num_classes) / len(train)
-    return np.tile(frequencies, (len(test), 1))
-
-
-def _bag_of_words_probabilities(
-    train: TextSplit, test: TextSplit, num_classes: int, config: SentimentConfig
-) -> np.ndarray:
-    """A unigram bag-of-words logistic regression (scikit-learn) on the same training
-    texts, with the same vocabulary size and lower-casing as the model."""
-    import numpy as np
-    from sklearn.feature_extraction.text import CountVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    vectorizer = CountVectorizer(
-        binary=True,
-        lowercase=config.data.lowercase,
-        max_features=config.data.vocabulary_size,
-    )
-    features = vectorizer.fit_transform(train.texts)
-    classifier = LogisticRegression(max_iter=1000)
-    classifier.fit(features, train.labels)
-    probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
-    # Columns follow classifier.classes_ (the classes seen in training).
-    by_class = np.zeros((len(test), num_classes))
-    by_class[:, classifier.classes_] = probabilities
-    return by_class
-
-
 def _initialize_from_language_model(
     model: keras.Model, config: SentimentConfig
 ) -> None:
@@ -379,3 +345,37 @@ def _initialize_from_language_model(
     except ValueError as error:
         raise ConfigError(f"model.pretrained: {error}") from None
     logging.getLogger("rnnkit").info("pre-trained: %s", report)
+
+
+def _majority_probabilities(
+    train: TextSplit, test: TextSplit, num_classes: int
+) -> np.ndarray:
+    """Every test text gets the training class frequencies: the majority class wins."""
+    import numpy as np
+
+    frequencies = np.bincount(train.labels, minlength=num_classes) / len(train)
+    return np.tile(frequencies, (len(test), 1))
+
+
+def _bag_of_words_probabilities(
+    train: TextSplit, test: TextSplit, num_classes: int, config: SentimentConfig
+) -> np.ndarray:
+    """A unigram bag-of-words logistic regression (scikit-learn) on the same training
+    texts, with the same vocabulary size and lower-casing as the model."""
+    import numpy as np
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vectorizer = CountVectorizer(
+        binary=True,
+        lowercase=config.data.lowercase,
+        max_features=config.data.vocabulary_size,
+    )
+    features = vectorizer.fit_transform(train.texts)
+    classifier = LogisticRegression(max_iter=1000)
+    classifier.fit(features, train.labels)
+    probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
+    # Columns follow classifier.classes_ (the classes seen in training).
+    by_class = np.zeros((len(test), num_classes))
+    by_class[:, classifier.classes_] = probabilities
+    return by_class
