@@ -9,6 +9,7 @@ in all, the CPU, and whether the target is met. The data are the local copies in
 ../shared/data/language_model.
 
     python benchmarks/language_model_ptb.py                          # the full run
+    python benchmarks/language_model_ptb.py --resume RUN_DIR         # continue it
     python benchmarks/language_model_ptb.py --epochs 1 --set data.limit=100000
     python benchmarks/language_model_ptb.py \
         --config recipes/language_model/configs/ptb_medium.toml
@@ -51,6 +52,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, help="Override train.epochs.")
     parser.add_argument("--run-dir", help="Run directory (default: runs/...).")
     parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="Continue an interrupted run from its last finished epoch (its own "
+        "config.toml; the other options are ignored).",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", dest="assignments"
     )
     args = parser.parse_args()
@@ -70,6 +77,8 @@ def main() -> None:
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
     config = config_lib.resolve(recipe.Config, args.config, overrides)
+    if args.resume:
+        config = runner.prepare_resume(recipe, Path(args.resume))
 
     class EpochTimer(keras.callbacks.Callback):
         """Seconds per training epoch (validation included, as the fit loop runs it)."""
@@ -85,7 +94,14 @@ def main() -> None:
 
     timer = EpochTimer()
     started = time.perf_counter()
-    result = runner.run(recipe, config, args.run_dir, verbose=2, callbacks=[timer])
+    result = runner.run(
+        recipe,
+        config,
+        args.resume or args.run_dir,
+        resume=bool(args.resume),
+        verbose=2,
+        callbacks=[timer],
+    )
     total = time.perf_counter() - started
     training = sum(timer.seconds)
     table = result.metrics["test"]
@@ -96,7 +112,7 @@ def main() -> None:
     print()
     print(f"run directory:     {result.run_dir}")
     print(f"CPU:               {cpu_model()} ({os.cpu_count()} cores visible)")
-    print(f"epochs:            {len(timer.seconds)}")
+    print(f"epochs:            {len(timer.seconds)} (this process)")
     print("seconds per epoch: " + ", ".join(f"{s:.0f}" for s in timer.seconds))
     print(f"training seconds:  {training:.0f} (whole run {total:.0f})")
     if config.data.limit or config.train.epochs < 13:
