@@ -4,7 +4,8 @@ against independent windows (recipes/language_model/configs/default.toml).
 
 Two trainings of the same model on the same windows: "truncated" reads 32 contiguous
 streams in order and carries the LSTM state from batch to batch; "independent" reads
-the same windows shuffled, each from a zero state. Printed per mode: training
+the same windows in the same order (the default config leaves train.shuffle
+false), each from a zero state. Printed per mode: training
 milliseconds per 1,000 tokens (fit time without validation) and test perplexity with
 the state carried through the test text and reset at every window. Target (issue 12):
 truncated BPTT at least as fast per token as independent windows.

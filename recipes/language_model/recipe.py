@@ -12,7 +12,8 @@ Training mode (`train.mode`):
   the stateful recurrent layers carry their final states from one batch to the next
   (gradients stop at the window boundary). A callback resets the states at the start
   of every epoch and before every evaluation.
-- "independent": the same windows, shuffled, each read from a zero state.
+- "independent": the same windows, each read from a zero state (shuffled every
+  epoch when `train.shuffle` is true).
 
 Optimisers: SGD with the schedule of Zaremba et al. (2014) (constant rate for
 `train.decay_after` epochs, then multiplied by `train.lr_decay` every epoch) or Adam;
@@ -134,7 +135,8 @@ class LanguageModelTrainConfig(TrainConfig):
     mode: str = field(
         "truncated",
         help="truncated: streams read in order, state carried across batches; "
-        "independent: shuffled windows, each from a zero state.",
+        "independent: the same windows, each from a zero state (shuffled if "
+        "train.shuffle).",
         choices=("truncated", "independent"),
     )
     bptt: int = field(64, help="Time steps per window (truncated BPTT).", at_least=1)
