@@ -37,11 +37,13 @@ import numpy as np
 
 __all__ = [
     "SpectralNormTracker",
+    "compare_models",
     "diagnose_language_model",
     "language_model_gradient_norms",
     "spectral_norms",
     "state_gradient_norms",
     "train_with_clipping",
+    "write_spectral_norms",
 ]
 
 
@@ -356,26 +358,38 @@ def diagnose_language_model(
         written["clipping.png"] = plots.save_figure(figure, output_dir / "clipping.png")
 
     if spectral:
-        table = [{"model": k, **row} for k, rs in spectral.items() for row in rs]
-        written["spectral_norms.csv"] = _write_csv(
-            output_dir / "spectral_norms.csv", table
-        )
-        figure, axis = plots.plt.subplots(figsize=(8, 4))
-        for index, (label, records) in enumerate(spectral.items()):
-            whole = [row for row in records if row["gate"] == "all"]
-            axis.plot(
-                [row["step"] for row in whole],
-                [row["sigma_max"] for row in whole],
-                color=f"C{index}",
-                label=label,
-            )
-        axis.axhline(1.0, color="grey", linewidth=0.8)
-        axis.set_xlabel("training step")
-        axis.set_ylabel("sigma_max(W_hh)")
-        axis.legend(fontsize=8)
-        written["spectral_norms.png"] = plots.save_figure(
-            figure, output_dir / "spectral_norms.png"
-        )
+        written.update(write_spectral_norms(spectral, output_dir))
+    return written
+
+
+def write_spectral_norms(
+    spectral: dict[str, list[dict[str, Any]]], output_dir: Path
+) -> dict[str, Path]:
+    """spectral_norms.csv and .png from {label: rows of `SpectralNormTracker`}: one
+    curve of sigma_max(W_hh) per label and recurrent layer."""
+    from rnnkit import plots
+
+    output_dir = Path(output_dir)
+    table = [{"model": k, **row} for k, rows in spectral.items() for row in rows]
+    written = {
+        "spectral_norms.csv": _write_csv(output_dir / "spectral_norms.csv", table)
+    }
+    figure, axis = plots.plt.subplots(figsize=(8, 4))
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for row in table:
+        if row["gate"] == "all":
+            name = f"{row['model']} {row['layer']}"
+            curves.setdefault(name, []).append((row["step"], row["sigma_max"]))
+    for name, points in curves.items():
+        steps, values = zip(*points, strict=True)
+        axis.plot(steps, values, label=name)
+    axis.axhline(1.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("training step")
+    axis.set_ylabel("sigma_max(W_hh)")
+    axis.legend(fontsize=8)
+    written["spectral_norms.png"] = plots.save_figure(
+        figure, output_dir / "spectral_norms.png"
+    )
     return written
 
 

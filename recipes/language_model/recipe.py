@@ -40,6 +40,7 @@ import logging
 import math
 import weakref
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rnnkit.recipe import (
@@ -154,6 +155,12 @@ class LanguageModelTrainConfig(TrainConfig):
         help="Learning-rate factor per epoch after decay_after (1: constant).",
         above=0.0,
         at_most=1.0,
+    )
+    spectral_norm_every: int = field(
+        0,
+        help="Record sigma_max of every recurrent kernel every this many steps into "
+        "diagnostics/spectral_norms.csv and .png (0: off).",
+        at_least=0,
     )
 
 
@@ -270,9 +277,18 @@ class LanguageModelRecipe(Recipe):
     def callbacks(
         self, config: LanguageModelConfig, data: LanguageModelData
     ) -> list[keras.callbacks.Callback]:
-        if config.train.mode != "truncated":
-            return []
-        return [reset_states_callback()]
+        callbacks = []
+        if config.train.mode == "truncated":
+            callbacks.append(reset_states_callback())
+        self._spectral_tracker = None
+        if config.train.spectral_norm_every:
+            from rnnkit.diagnostics import SpectralNormTracker
+
+            self._spectral_tracker = SpectralNormTracker(
+                every=config.train.spectral_norm_every
+            )
+            callbacks.append(self._spectral_tracker)
+        return callbacks
 
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: LanguageModelConfig
@@ -341,6 +357,24 @@ class LanguageModelRecipe(Recipe):
         config: LanguageModelConfig,
     ) -> list[str]:
         return [generate(model, prompt, config) for prompt in _prompts(inputs)]
+
+    def write_plots(
+        self,
+        model: keras.Model,
+        data: LanguageModelData,
+        config: LanguageModelConfig,
+        plot_dir: Path,
+    ) -> None:
+        """With `train.spectral_norm_every`, the sigma_max(W_hh) records of the
+        training run go to the run directory's diagnostics/."""
+        tracker = getattr(self, "_spectral_tracker", None)
+        if tracker is not None and tracker.rows:
+            from rnnkit.diagnostics import write_spectral_norms
+
+            write_spectral_norms(
+                {config.model.cell_type: tracker.rows},
+                Path(plot_dir).parent / "diagnostics",
+            )
 
 
 def _prompts(inputs: Sequence[str]) -> list[str]:

@@ -212,13 +212,16 @@ def smoke_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "language_model"
     result = invoke(
         "run", "language_model", "--config", str(SMOKE_CONFIG), "--run-dir",
-        str(run_dir),
+        str(run_dir), "--set", "train.spectral_norm_every=20",
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-3000:]
-    return run_dir
+    # Read now: `rnnkit diagnose` may rewrite diagnostics/ later.
+    spectral = (run_dir / "diagnostics" / "spectral_norms.csv").read_text()
+    return run_dir, spectral
 
 
 def test_smoke_run_beats_the_unigram_baseline(smoke_run):
+    smoke_run, _ = smoke_run
     for name in ("config.toml", "model.keras", "metrics.json", "history.csv"):
         assert (smoke_run / name).is_file(), name
     with (smoke_run / "history.csv").open() as handle:
@@ -234,6 +237,7 @@ def test_smoke_run_beats_the_unigram_baseline(smoke_run):
 
 
 def test_predict_samples_reproducibly(smoke_run):
+    smoke_run, _ = smoke_run
     recipe = LanguageModelRecipe()
     config = config_lib.load_toml(LanguageModelConfig, smoke_run / "config.toml")
     model = runner.load_model(smoke_run / "model.keras")  # safe mode
@@ -263,6 +267,7 @@ def test_predict_samples_reproducibly(smoke_run):
 
 
 def test_diagnose_writes_into_the_run_directory(smoke_run):
+    smoke_run, _ = smoke_run
     result = invoke("diagnose", str(smoke_run), "--steps", "2", "--window", "10")
     assert result.exit_code == 0, result.output[-2000:]
     table = (smoke_run / "diagnostics" / "gradient_norms.csv").read_text()
@@ -273,6 +278,20 @@ def test_diagnose_writes_into_the_run_directory(smoke_run):
     assert (smoke_run / "diagnostics" / "gradient_norms.png").is_file()
     mixed = invoke("diagnose", str(smoke_run), "--cell", "lstm")
     assert "leave out RUN_DIR" in error_line(mixed)
+
+
+def test_spectral_norms_are_tracked_during_the_run(smoke_run):
+    """train.spectral_norm_every=20: sigma_max of W_hh every 20 of the 2 x 39 steps,
+    the last row equal to the saved model's."""
+    run_dir, spectral = smoke_run
+    rows = [line.split(",") for line in spectral.splitlines()]
+    assert rows[0] == ["model", "step", "layer", "gate", "sigma_max"]
+    whole = [row for row in rows[1:] if row[3] == "all"]
+    assert [int(row[1]) for row in whole] == [0, 20, 39, 40, 60, 78]
+    kernel = runner.load_model(run_dir / "model.keras").recurrent_layers[0]
+    kernel = kernel.cell.recurrent_kernel.numpy()
+    assert float(whole[-1][4]) == pytest.approx(np.linalg.norm(kernel, 2), rel=1e-5)
+    assert (run_dir / "diagnostics" / "spectral_norms.png").is_file()
 
 
 @pytest.mark.parametrize(
