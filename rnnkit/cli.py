@@ -1,4 +1,4 @@
-"""The `rnnkit` launcher: list, run, evaluate, predict, tune, info.
+"""The `rnnkit` launcher: list, run, evaluate, predict, tune, diagnose, info.
 
 The module stays light: recipes are found through entry points and loaded only when
 named, and TensorFlow is imported inside the commands that train or load a model, so
@@ -448,6 +448,171 @@ def _tune_command(recipe: Recipe) -> click.Command:
 @main.group(cls=RecipeGroup, command_for=_tune_command)
 def tune() -> None:
     """Tune a recipe's hyperparameters with Keras Tuner."""
+
+
+@main.command()
+@click.argument(
+    "run_dir",
+    required=False,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+)
+@click.option(
+    "--cell",
+    "cells",
+    multiple=True,
+    type=click.Choice(["simple_rnn", "lstm", "gru"]),
+    help="Without RUN_DIR: a cell to compare (repeatable; default: all three).",
+)
+@click.option(
+    "--data",
+    "data_path",
+    help="Without RUN_DIR: text to use (data.path of the "
+    "language_model recipe; default: The Time Machine).",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["char", "word"]),
+    default="char",
+    show_default=True,
+    help="Without RUN_DIR: tokens.",
+)
+@click.option(
+    "--units",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="Without RUN_DIR: recurrent units.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    default=300,
+    show_default=True,
+    help="Training steps (Adam) between the fresh and trained pictures.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=2),
+    default=100,
+    show_default=True,
+    help="T: steps back from the loss at which gradients are measured.",
+)
+@click.option(
+    "--clipnorm",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Global clip norm while training (0: none).",
+)
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.002,
+    show_default=True,
+    help="Adam's step size.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write (default: RUN_DIR/diagnostics, or runs/diagnose/<time>).",
+)
+def diagnose(run_dir: Path | None, cells: tuple[str, ...], **options: Any) -> None:
+    """Gradient-flow diagnostics of a language model (RUN_DIR) or of fresh cells.
+
+    Measures ||dL_T/dh_t|| against T - t on windows of real text, for freshly
+    initialised and trained models (SimpleRNN, LSTM, GRU with --cell), with the
+    sigma_max(W_hh)^(T-t) bound, sigma_max during training and the global gradient
+    norm before and after clipping. Writes CSV and PNG files.
+    """
+    from rnnkit import diagnostics
+
+    with user_errors():
+        if run_dir is not None and (cells or options["data_path"]):
+            raise RnnkitError(
+                "--cell and --data compare fresh cells; leave out RUN_DIR"
+            )
+        fresh, trained, output, data = _diagnose_models(run_dir, cells, options)
+        window = options["window"]
+        probe = diagnostics.probe_windows(data.test_ids, 16, window + 1)
+        written = diagnostics.compare_models(
+            fresh,
+            data.train_ids,
+            probe,
+            output,
+            trained=trained,
+            steps=options["steps"],
+            make_optimizer=lambda: _adam(options["learning_rate"]),
+            clipnorm=options["clipnorm"],
+            seed=options["seed"],
+        )
+    for path in written.values():
+        click.echo(str(path))
+
+
+def _adam(learning_rate: float) -> Any:
+    import keras
+
+    return keras.optimizers.Adam(learning_rate)
+
+
+def _diagnose_models(
+    run_dir: Path | None, cells: tuple[str, ...], options: dict[str, Any]
+) -> tuple[dict, dict, Path, Any]:
+    """{label: fresh model}, {label: trained model}, the output folder and the data."""
+    import datetime
+
+    import keras
+
+    from rnnkit import runner
+    from rnnkit.models.language_model import LanguageModel
+
+    if run_dir is not None:
+        recipe, config, model = runner.load_run(run_dir, registry.load)
+        if not isinstance(model, LanguageModel):
+            raise RnnkitError(
+                f"{run_dir} is a run of recipe {recipe.name!r}; rnnkit diagnose reads "
+                "language_model runs"
+            )
+        runner.configure_runtime(config.train)
+        data = recipe.load_data(config)
+        trained = model.with_batch_size(None, stateful=False)
+        settings = {**model.get_config(), "stateful": False, "batch_size": None}
+        settings.pop("name", None)
+        fresh = LanguageModel.from_config(settings)
+        fresh.build()
+        label = model.cell_type
+        return (
+            {label: fresh},
+            {label: trained},
+            options["output"] or (run_dir / "diagnostics"),
+            data,
+        )
+    recipe = registry.load("language_model")
+    config = config_lib.resolve(
+        recipe.Config,
+        None,
+        {
+            "data.path": options["data_path"],
+            "data.level": options["level"],
+            "train.seed": options["seed"],
+            "train.batch_size": 1,
+            "train.bptt": 1,
+        },
+    )
+    runner.configure_runtime(config.train)
+    data = recipe.load_data(config)
+    fresh = {}
+    for cell in cells or ("simple_rnn", "lstm", "gru"):
+        keras.utils.set_random_seed(options["seed"])
+        model = LanguageModel(
+            data.tokens, cell, embedding_dim=32, units=options["units"], num_layers=1
+        )
+        model.build()
+        fresh[cell] = model
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    output = options["output"] or Path("runs") / "diagnose" / stamp
+    return fresh, {}, output, data
 
 
 @main.command()

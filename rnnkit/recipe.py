@@ -79,6 +79,11 @@ Optional hooks (defaults do nothing or refuse):
   model on each and reports per-fold and mean figures.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
   infers the direction from the name (a loss is minimised, an accuracy maximised).
+- `callbacks(config, data)`: extra Keras callbacks for every fit of this recipe's
+  model (the main run, backtest folds, tuning trials), e.g. one that resets the
+  recurrent states of a stateful model at the start of every epoch and before every
+  evaluation (the language model's truncated BPTT). They run after the runner's own
+  callbacks. Default: none.
 - `predict_options`: options of `rnnkit predict` that set config values for that
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
@@ -192,6 +197,12 @@ class Recipe:
         plot_dir: Path,
     ) -> None:
         """Writes extra PNG figures into `plot_dir` (optional hook)."""
+
+    def callbacks(
+        self, config: RecipeConfig, data: RecipeData
+    ) -> list[keras.callbacks.Callback]:
+        """Extra Keras callbacks for every fit of this recipe (optional hook)."""
+        return []
 
     def backtest_folds(
         self, data: RecipeData, config: RecipeConfig

@@ -423,7 +423,12 @@ def run(
             model,
             data,
             config,
-            _callbacks(config, run_dir, history_rows, callbacks),
+            _callbacks(
+                config,
+                run_dir,
+                history_rows,
+                [*recipe.callbacks(config, data), *callbacks],
+            ),
             verbose=verbose,
         )
     except KeyboardInterrupt:
@@ -500,7 +505,8 @@ def backtest(
         log.info("backtest fold %d/%d", index, len(folds))
         keras.utils.set_random_seed(config.train.seed)
         model = _build(recipe, config, fold_data, strategy)
-        history = fit(model, fold_data, config, _callbacks(config, None, []), verbose)
+        callbacks = _callbacks(config, None, [], recipe.callbacks(config, fold_data))
+        history = fit(model, fold_data, config, callbacks, verbose)
         _check_finite(history, config)
         tables.append(recipe.evaluate(model, fold_data, config))
     return {"folds": tables, "mean": mean_table(tables)}

@@ -82,7 +82,11 @@ def _make_hypermodel(recipe: Recipe, config: RecipeConfig, verbose: int | str) -
                 model,
                 data_for(trial_config),
                 trial_config,
-                [*(callbacks or []), *runner.tuning_callbacks(trial_config)],
+                [
+                    *(callbacks or []),
+                    *runner.tuning_callbacks(trial_config),
+                    *recipe.callbacks(trial_config, data_for(trial_config)),
+                ],
                 **{"verbose": verbose, **kwargs},
             )
             losses = history.history.get("loss", [])

@@ -124,6 +124,11 @@ class SentimentModelConfig(ModelConfig):
         at_least=0.0,
         below=1.0,
     )
+    pretrained: str | None = field(
+        None,
+        help="Run directory of a word-level language_model run whose word vectors "
+        "(matched by token) and recurrent layers initialise the classifier.",
+    )
 
 
 @dataclasses.dataclass
@@ -192,6 +197,8 @@ class SentimentRecipe(Recipe):
             recurrent_dropout=config.model.recurrent_dropout,
             seed=config.train.seed,
         )
+        if config.model.pretrained is not None:
+            _initialize_from_language_model(model, config)
         learning_rate = config.train.learning_rate
         if config.train.schedule == "cosine":
             import keras
@@ -292,6 +299,44 @@ class SentimentRecipe(Recipe):
             probabilities[order] = probabilities.copy()
             self._predictions = (model, data, probabilities)
         return self._predictions[2]
+
+
+def _initialize_from_language_model(
+    model: keras.Model, config: SentimentConfig
+) -> None:
+    """Loads the word vectors and recurrent layers of the `model.pretrained` run."""
+    import logging
+
+    from rnnkit import runner
+    from rnnkit.config import load_toml
+    from rnnkit.errors import ConfigError
+    from rnnkit.models.language_model import LanguageModel
+    from rnnkit.models.transfer import initialize_from_language_model
+
+    run_dir = Path(config.model.pretrained)
+    if runner.recipe_of(run_dir / runner.CONFIG_FILE) != "language_model":
+        raise ConfigError(
+            f"model.pretrained: {run_dir} is not a language_model run directory "
+            "(train one with: rnnkit run language_model --set data.level=word ...)"
+        )
+    from rnnkit_recipes.language_model.recipe import LanguageModelConfig
+
+    level = load_toml(LanguageModelConfig, run_dir / runner.CONFIG_FILE).data.level
+    if level != "word":
+        raise ConfigError(
+            f"model.pretrained: {run_dir} is a {level}-level language model; the "
+            "classifier reads words (train it with --set data.level=word)"
+        )
+    language_model = runner.load_model(run_dir / runner.MODEL_FILE)
+    if not isinstance(language_model, LanguageModel):
+        raise ConfigError(f"model.pretrained: {run_dir} holds no LanguageModel")
+    try:
+        report = initialize_from_language_model(
+            model, language_model, lowercase=config.data.lowercase
+        )
+    except ValueError as error:
+        raise ConfigError(f"model.pretrained: {error}") from None
+    logging.getLogger("rnnkit").info("pre-trained: %s", report)
 
 
 def _majority_probabilities(

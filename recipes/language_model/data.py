@@ -1,0 +1,241 @@
+"""Data of the language-model recipe: running text -> tokens -> ids -> windows.
+
+Sources (`data.path`):
+
+- unset: H. G. Wells, "The Time Machine" (public domain; the d2l.ai copy, shipped
+  gzipped inside this package), split contiguously.
+- a text file (`.txt`, optionally `.gz`), or a folder of `.txt` files read in name
+  order, split contiguously: the first part trains, then `data.validation_fraction`
+  validates and the last `data.test_fraction` tests (never a shuffled split: the
+  text runs on).
+- a CSV/TSV table (optionally gzipped): the `data.text_column` of every row, one
+  document after another, split contiguously (e.g. the IMDB review texts).
+- a pattern with `{split}`, e.g. `../shared/data/language_model/ptb.{split}.txt.gz`:
+  one file per split, `{split}` filled with `data.train_split`, `data.validation_split`
+  and `data.test_split` (Penn Treebank: train, valid, test).
+
+Levels (`data.level`): "char" keeps every character (line breaks too); "word" splits
+lines on whitespace and ends every line with `<eos>` (the Penn Treebank convention of
+Mikolov et al. 2010, whose files already hold `<unk>` for rare words). The vocabulary
+comes from the training split only; `<unk>` (id 0) stands for anything else.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import zlib
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rnnkit.errors import ConfigError, DataError
+from rnnkit.recipe import RecipeData
+
+if TYPE_CHECKING:
+    from rnnkit_recipes.language_model.recipe import LanguageModelConfig
+
+UNK = "<unk>"
+EOS = "<eos>"
+TIME_MACHINE = "timemachine.txt.gz"
+_TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
+
+
+@dataclasses.dataclass
+class LanguageModelData(RecipeData):
+    """Batched windows for training, and the raw id streams for evaluation.
+
+    `train`/`validation` are `tf.data` datasets of (inputs, targets) windows of
+    (batch_size, bptt) ids, in stream order; `test` is the test id stream.
+    `train_ids`, `validation_ids` and `test_ids` are the whole splits as 1-D arrays.
+    """
+
+    tokens: list[str]
+    train_ids: np.ndarray
+    validation_ids: np.ndarray
+    test_ids: np.ndarray
+    source: str
+
+
+def load(config: LanguageModelConfig) -> LanguageModelData:
+    """Reads, tokenizes, encodes and windows the splits that `config` names."""
+    data = config.data
+    texts, source = read_splits(config)
+    train_tokens = tokenize(texts[0], data.level, data.lowercase)
+    if data.limit:
+        train_tokens = train_tokens[: data.limit]
+    tokens = build_vocabulary(train_tokens, data.vocabulary_size, data.min_frequency)
+    index = {token: i for i, token in enumerate(tokens)}
+    ids = [encode(train_tokens, index)]
+    for text in texts[1:]:
+        split_tokens = tokenize(text, data.level, data.lowercase)
+        if data.limit:
+            split_tokens = split_tokens[: data.limit]
+        ids.append(encode(split_tokens, index))
+    train_ids, validation_ids, test_ids = ids
+    batch_size, bptt = config.train.batch_size, config.train.bptt
+    for name, split in (("training", train_ids), ("validation", validation_ids)):
+        if len(split) <= batch_size * bptt:
+            raise DataError(
+                f"{source}: the {name} split has {len(split)} tokens, too few for "
+                f"one batch of train.batch_size x train.bptt = {batch_size} x {bptt}; "
+                "give more text or lower them"
+            )
+    if len(test_ids) < 2:
+        raise DataError(f"{source}: the test split has fewer than 2 tokens")
+    return LanguageModelData(
+        train=windows(train_ids, config, training=True),
+        validation=windows(validation_ids, config, training=False),
+        test=test_ids,
+        tokens=tokens,
+        train_ids=train_ids,
+        validation_ids=validation_ids,
+        test_ids=test_ids,
+        source=source,
+    )
+
+
+def windows(ids: np.ndarray, config: LanguageModelConfig, training: bool):
+    """A `tf.data` dataset of (inputs, targets) batches of (batch_size, bptt) ids.
+
+    Truncated BPTT ("truncated"): batch w holds window w of every stream, in order,
+    never shuffled. Independent windows ("independent"): the same windows, shuffled
+    for training with `train.seed` (reshuffled every epoch) when `train.shuffle`.
+    """
+    import tensorflow as tf
+
+    from rnnkit.data.token_stream import stream_windows
+
+    train = config.train
+    inputs, targets = stream_windows(ids, train.batch_size, train.bptt)
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, targets))
+    if training and train.mode == "independent" and train.shuffle:
+        dataset = dataset.shuffle(len(inputs), seed=train.seed)
+    return dataset.batch(train.batch_size, drop_remainder=True).prefetch(2)
+
+
+# -- Reading -------------------------------------------------------------------------
+
+
+def read_splits(config: LanguageModelConfig) -> tuple[list[str], str]:
+    """The train, validation and test texts, and a description of the source."""
+    data = config.data
+    if data.path is None:
+        text = _read_packaged(TIME_MACHINE)
+        return contiguous_split(text, data.validation_fraction, data.test_fraction), (
+            "The Time Machine (H. G. Wells, public domain)"
+        )
+    if "{split}" in data.path:
+        names = (data.train_split, data.validation_split, data.test_split)
+        texts = []
+        for name in names:
+            path = Path(data.path.replace("{split}", name))
+            if not path.is_file():
+                raise DataError(
+                    f"{path}: no such file (data.path {data.path!r} with "
+                    f"{{split}}={name!r}; set data.train_split, data.validation_split "
+                    "and data.test_split to the names of your files)"
+                )
+            texts.append(read_text(path, data.text_column))
+        return texts, data.path
+    path = Path(data.path)
+    if path.is_dir():
+        files = sorted(path.glob("*.txt")) + sorted(path.glob("*.txt.gz"))
+        if not files:
+            raise DataError(f"{path}: the folder holds no .txt or .txt.gz files")
+        text = "\n".join(read_text(file, data.text_column) for file in sorted(files))
+    elif path.is_file():
+        text = read_text(path, data.text_column)
+    else:
+        raise DataError(
+            f"{path}: no such file or folder (data.path takes a text file, a folder of "
+            ".txt files, a CSV/TSV table or a pattern with {split})"
+        )
+    return contiguous_split(text, data.validation_fraction, data.test_fraction), str(
+        path
+    )
+
+
+def _read_packaged(name: str) -> str:
+    resource = resources.files("rnnkit_recipes.language_model").joinpath(name)
+    return gzip.decompress(resource.read_bytes()).decode("utf-8")
+
+
+def read_text(path: Path, text_column: str = "text") -> str:
+    """The text of a plain-text file (optionally gzipped), or of a table's column."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] in _TABLE_SUFFIXES:
+        from rnnkit.data.text import read_table
+
+        texts, _ = read_table(path, text_column=text_column, label_column=text_column)
+        return "\n".join(texts)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return raw.decode("utf-8")
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{path}: cannot read the file ({error})") from error
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from error
+
+
+def contiguous_split(
+    text: str, validation_fraction: float, test_fraction: float
+) -> list[str]:
+    """[train, validation, test]: consecutive parts of `text`, cut at line breaks
+    where there is one near the cut (so that no word is cut in two)."""
+    if validation_fraction + test_fraction >= 1:
+        raise ConfigError(
+            "data.validation_fraction + data.test_fraction must be below 1, got "
+            f"{validation_fraction} + {test_fraction}"
+        )
+    length = len(text)
+    cuts = []
+    for fraction in (1 - validation_fraction - test_fraction, 1 - test_fraction):
+        cut = int(length * fraction)
+        line_break = text.rfind("\n", 0, cut)
+        cuts.append(line_break + 1 if line_break > cut - 1000 else cut)
+    return [text[: cuts[0]], text[cuts[0] : cuts[1]], text[cuts[1] :]]
+
+
+# -- Tokens and ids --------------------------------------------------------------------
+
+
+def tokenize(text: str, level: str, lowercase: bool) -> list[str]:
+    """Characters, or whitespace-separated words with `<eos>` ending every line."""
+    if lowercase:
+        text = text.lower()
+    if level == "char":
+        return list(text)
+    tokens: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if words:
+            tokens.extend(words)
+            tokens.append(EOS)
+    return tokens
+
+
+def build_vocabulary(
+    tokens: list[str], vocabulary_size: int, min_frequency: int
+) -> list[str]:
+    """`<unk>` first, then the training tokens by falling frequency (ties by first
+    appearance), at most `vocabulary_size` in all (0: no limit)."""
+    counts = collections.Counter(tokens)
+    ordered = sorted(counts, key=lambda token: -counts[token])
+    kept = [t for t in ordered if counts[t] >= min_frequency and t != UNK]
+    if vocabulary_size:
+        kept = kept[: vocabulary_size - 1]
+    return [UNK, *kept]
+
+
+def encode(tokens: list[str], index: dict[str, int]) -> np.ndarray:
+    return np.fromiter((index.get(t, 0) for t in tokens), "int32", len(tokens))

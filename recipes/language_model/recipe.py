@@ -1,0 +1,529 @@
+"""Language model: next-token prediction on running text, trained by truncated BPTT.
+
+`rnnkit run language_model` trains `rnnkit.models.LanguageModel` (an embedding, stacked
+rnnkit LSTM/GRU/SimpleRNN layers, dropout between them, optionally tied output
+weights) on characters or words of a text: The Time Machine by default, or the Penn
+Treebank files with their own conventions (configs/ptb_small.toml).
+
+Training mode (`train.mode`):
+
+- "truncated" (default): truncated backpropagation through time. The text is laid out
+  as `train.batch_size` contiguous streams read `train.bptt` tokens at a time in order;
+  the stateful recurrent layers carry their final states from one batch to the next
+  (gradients stop at the window boundary). A callback resets the states at the start
+  of every epoch and before every evaluation.
+- "independent": the same windows, each read from a zero state (shuffled every
+  epoch when `train.shuffle` is true).
+
+Optimisers: SGD with the schedule of Zaremba et al. (2014) (constant rate for
+`train.decay_after` epochs, then multiplied by `train.lr_decay` every epoch) or Adam;
+gradients clipped by their global norm (`train.clipnorm`).
+
+Evaluation: perplexity, exp of the mean per-token cross-entropy over the whole test
+(and validation) split, read by `evaluation.batch_size` streams with the state carried
+through the split; the same model with its state reset at every window of
+`train.bptt` tokens (what state carrying gains); bits per character at character
+level. Baselines on the same tokens: a unigram model and an add-k bigram model (k
+chosen on the validation split), both counted on the training split.
+
+`rnnkit predict RUN_DIR "the time traveller" --length 200 --temperature 0.8
+--top-k 10 --top-p 0.9 --seed 1` continues the prompt by sampling
+(`rnnkit.decoding.sample_sequence`).
+
+The module stays light: TensorFlow and Keras are imported inside the methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from rnnkit.recipe import (
+    ConfigError,
+    DataConfig,
+    EvaluationConfig,
+    Metrics,
+    ModelConfig,
+    Recipe,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+    import numpy as np
+    from rnnkit_recipes.language_model.data import LanguageModelData
+
+log = logging.getLogger("rnnkit")
+
+# Copies of a model for other batch sizes, kept while the model lives, so that
+# repeated evaluations and predictions reuse their compiled predict functions.
+_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass
+class LanguageModelDataConfig(DataConfig):
+    level: str = field(
+        "char", help="Tokens: characters or words.", choices=("char", "word")
+    )
+    lowercase: bool = field(True, help="Lower-case the text before tokenizing.")
+    text_column: str = field("text", help="Column of a CSV/TSV table with the text.")
+    train_split: str = field("train", help="{split} of the training file.")
+    validation_split: str = field("valid", help="{split} of the validation file.")
+    test_split: str = field("test", help="{split} of the test file.")
+    validation_fraction: float = field(
+        0.05,
+        help="Share of a single text held out for validation (before the test part).",
+        above=0.0,
+        below=1.0,
+    )
+    test_fraction: float = field(
+        0.05,
+        help="Share of a single text held out for testing (its contiguous tail).",
+        above=0.0,
+        below=1.0,
+    )
+    vocabulary_size: int = field(
+        0, help="Most tokens kept, <unk> included (0: all).", at_least=0
+    )
+    min_frequency: int = field(
+        1, help="Tokens seen fewer times in training become <unk>.", at_least=1
+    )
+    limit: int = field(
+        0,
+        help="Keep at most this many tokens of each split (0: all); quick trials.",
+        at_least=0,
+    )
+
+
+@dataclasses.dataclass
+class LanguageModelModelConfig(ModelConfig):
+    cell_type: str = field(
+        "lstm", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
+    )
+    embedding_dim: int = field(64, help="Size of the token embeddings.", at_least=1)
+    units: int = field(256, help="Units per recurrent layer.", at_least=1)
+    num_layers: int = field(1, help="Stacked recurrent layers.", at_least=1)
+    dropout: float = field(
+        0.0,
+        help="Dropout on embeddings, between layers and before the output.",
+        at_least=0.0,
+        below=1.0,
+    )
+    tie_weights: bool = field(
+        False,
+        help="Output projection = transposed embedding matrix (needs units == "
+        "embedding_dim).",
+    )
+    init_scale: float = field(
+        0.0,
+        help="Uniform initialisation in [-init_scale, init_scale] of every weight "
+        "(0: Keras defaults).",
+        at_least=0.0,
+    )
+
+
+@dataclasses.dataclass
+class LanguageModelTrainConfig(TrainConfig):
+    mode: str = field(
+        "truncated",
+        help="truncated: streams read in order, state carried across batches; "
+        "independent: the same windows, each from a zero state (shuffled if "
+        "train.shuffle).",
+        choices=("truncated", "independent"),
+    )
+    bptt: int = field(64, help="Time steps per window (truncated BPTT).", at_least=1)
+    optimizer: str = field("adam", help="Optimizer.", choices=("adam", "sgd"))
+    clipnorm: float = field(
+        1.0, help="Clip the gradients' global norm to this (0: no clip).", at_least=0.0
+    )
+    decay_after: int = field(
+        0,
+        help="Epochs at the initial learning rate before lr_decay starts.",
+        at_least=0,
+    )
+    lr_decay: float = field(
+        1.0,
+        help="Learning-rate factor per epoch after decay_after (1: constant).",
+        above=0.0,
+        at_most=1.0,
+    )
+    spectral_norm_every: int = field(
+        0,
+        help="Record sigma_max of every recurrent kernel every this many steps into "
+        "diagnostics/spectral_norms.csv and .png (0: off).",
+        at_least=0,
+    )
+
+
+@dataclasses.dataclass
+class LanguageModelEvaluationConfig(EvaluationConfig):
+    batch_size: int = field(
+        10,
+        help="Streams that read a split in evaluation (state carried through each).",
+        at_least=1,
+    )
+    length: int = field(200, help="Tokens generated by predict.", at_least=0)
+    temperature: float = field(
+        1.0, help="Sampling temperature (0: greedy).", at_least=0.0
+    )
+    top_k: int = field(
+        0, help="Sample only among the k most probable tokens (0: all).", at_least=0
+    )
+    top_p: float = field(
+        1.0,
+        help="Sample only from the nucleus of this probability mass (1: all).",
+        above=0.0,
+        at_most=1.0,
+    )
+    seed: int = field(0, help="Seed of the sampling.", at_least=0)
+
+
+@dataclasses.dataclass
+class LanguageModelConfig(RecipeConfig):
+    data: LanguageModelDataConfig = section(
+        LanguageModelDataConfig, "The text and its tokens."
+    )
+    model: LanguageModelModelConfig = section(
+        LanguageModelModelConfig, "The recurrent language model."
+    )
+    train: LanguageModelTrainConfig = section(
+        LanguageModelTrainConfig,
+        "The training loop.",
+        epochs=10,
+        batch_size=32,
+        learning_rate=0.002,
+        patience=3,
+        shuffle=False,
+    )
+    evaluation: LanguageModelEvaluationConfig = section(
+        LanguageModelEvaluationConfig, "Perplexity and sampling."
+    )
+
+
+class LanguageModelRecipe(Recipe):
+    """Character- or word-level recurrent language model."""
+
+    name = "language_model"
+    summary = (
+        "Language model (The Time Machine chars, Penn Treebank words): rnnkit "
+        "LSTM/GRU/SimpleRNN, truncated BPTT, perplexity, sampling"
+    )
+    Config = LanguageModelConfig
+    predict_options: ClassVar[dict[str, str]] = {
+        "length": "evaluation.length",
+        "temperature": "evaluation.temperature",
+        "top-k": "evaluation.top_k",
+        "top-p": "evaluation.top_p",
+        "seed": "evaluation.seed",
+    }
+
+    def load_data(self, config: LanguageModelConfig) -> LanguageModelData:
+        from rnnkit_recipes.language_model import data
+
+        _check(config)
+        loaded = data.load(config)
+        log.info(
+            "%s: %d %s tokens (%d train / %d validation / %d test), vocabulary %d",
+            loaded.source,
+            len(loaded.train_ids) + len(loaded.validation_ids) + len(loaded.test_ids),
+            config.data.level,
+            len(loaded.train_ids),
+            len(loaded.validation_ids),
+            len(loaded.test_ids),
+            len(loaded.tokens),
+        )
+        return loaded
+
+    def build_model(
+        self, config: LanguageModelConfig, data: LanguageModelData
+    ) -> keras.Model:
+        import keras
+
+        from rnnkit.models.language_model import LanguageModel
+
+        _check(config)
+        train = config.train
+        truncated = train.mode == "truncated"
+        model = LanguageModel(
+            data.tokens,
+            stateful=truncated,
+            batch_size=train.batch_size if truncated else None,
+            seed=train.seed,
+            **dataclasses.asdict(config.model),
+        )
+        model.build()
+        steps_per_epoch = ((len(data.train_ids) - 1) // train.batch_size) // train.bptt
+        learning_rate = learning_rate_schedule(config, steps_per_epoch)
+        clip = {"global_clipnorm": train.clipnorm} if train.clipnorm else {}
+        if train.optimizer == "sgd":
+            optimizer = keras.optimizers.SGD(learning_rate, **clip)
+        else:
+            optimizer = keras.optimizers.Adam(learning_rate, **clip)
+        model.compile(
+            optimizer=optimizer,
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        return model
+
+    def callbacks(
+        self, config: LanguageModelConfig, data: LanguageModelData
+    ) -> list[keras.callbacks.Callback]:
+        callbacks = []
+        if config.train.mode == "truncated":
+            callbacks.append(reset_states_callback())
+        self._spectral_tracker = None
+        if config.train.spectral_norm_every:
+            from rnnkit.diagnostics import SpectralNormTracker
+
+            self._spectral_tracker = SpectralNormTracker(
+                every=config.train.spectral_norm_every
+            )
+            callbacks.append(self._spectral_tracker)
+        return callbacks
+
+    def search_space(
+        self, hp: keras_tuner.HyperParameters, config: LanguageModelConfig
+    ) -> LanguageModelConfig:
+        return config.with_values(
+            {
+                "model.cell_type": hp.Choice("cell_type", ["lstm", "gru"]),
+                "model.units": hp.Choice("units", [128, 256, 512]),
+                "model.num_layers": hp.Int("num_layers", 1, 2),
+                "model.dropout": hp.Choice("dropout", [0.0, 0.2, 0.5]),
+                "train.learning_rate": hp.Float(
+                    "learning_rate", 5e-4, 5e-3, sampling="log"
+                ),
+            }
+        )
+
+    def evaluate(
+        self, model: keras.Model, data: LanguageModelData, config: LanguageModelConfig
+    ) -> Metrics:
+        from rnnkit_recipes.language_model import baselines
+
+        streams, bptt = config.evaluation.batch_size, config.train.bptt
+        # The tokens the model scores (see mean_cross_entropy), for the baselines.
+        test_streams = _stream_count(data.test_ids, streams)
+        scored = data.test_ids[
+            : test_streams * ((len(data.test_ids) - 1) // test_streams) + 1
+        ]
+        test_nats = mean_cross_entropy(model, data.test_ids, streams, bptt)
+        reset_nats = mean_cross_entropy(
+            model, data.test_ids, streams, bptt, carry_state=False
+        )
+        validation_nats = mean_cross_entropy(model, data.validation_ids, streams, bptt)
+        vocabulary_size = len(data.tokens)
+        unigram = baselines.unigram_cross_entropy(
+            data.train_ids, scored, vocabulary_size
+        )
+        bigram, k = baselines.bigram_cross_entropy(
+            data.train_ids,
+            data.validation_ids,
+            scored,
+            vocabulary_size,
+        )
+        log.info("add-k bigram baseline: k = %g (chosen on the validation split)", k)
+        char = config.data.level == "char"
+
+        def row(nats: float, **extra: float) -> dict[str, float]:
+            figures = {"perplexity": math.exp(nats), "cross_entropy": nats}
+            if char:
+                figures["bits_per_char"] = nats / math.log(2)
+            return {**figures, **extra}
+
+        return {
+            "model": row(
+                test_nats,
+                perplexity_state_reset=math.exp(reset_nats),
+                val_perplexity=math.exp(validation_nats),
+            ),
+            "unigram": row(unigram),
+            "bigram_add_k": row(bigram),
+        }
+
+    def predict(
+        self,
+        model: keras.Model,
+        inputs: Sequence[str],
+        config: LanguageModelConfig,
+    ) -> list[str]:
+        return [generate(model, prompt, config) for prompt in _prompts(inputs)]
+
+    def write_plots(
+        self,
+        model: keras.Model,
+        data: LanguageModelData,
+        config: LanguageModelConfig,
+        plot_dir: Path,
+    ) -> None:
+        """With `train.spectral_norm_every`, the sigma_max(W_hh) records of the
+        training run go to the run directory's diagnostics/."""
+        tracker = getattr(self, "_spectral_tracker", None)
+        if tracker is not None and tracker.rows:
+            from rnnkit.diagnostics import write_spectral_norms
+
+            write_spectral_norms(
+                {config.model.cell_type: tracker.rows},
+                Path(plot_dir).parent / "diagnostics",
+            )
+
+
+def _prompts(inputs: Sequence[str]) -> list[str]:
+    from rnnkit.data.text import read_inputs
+
+    return read_inputs(inputs, "give a prompt to continue, e.g. 'the time traveller'")
+
+
+def _check(config: LanguageModelConfig) -> None:
+    model = config.model
+    if model.tie_weights and model.units != model.embedding_dim:
+        raise ConfigError(
+            "model.tie_weights needs model.units == model.embedding_dim, got "
+            f"{model.units} and {model.embedding_dim}"
+        )
+    data = config.data
+    if data.validation_fraction + data.test_fraction >= 1:
+        raise ConfigError(
+            "data.validation_fraction + data.test_fraction must be below 1, got "
+            f"{data.validation_fraction} + {data.test_fraction}"
+        )
+
+
+# -- Training pieces -----------------------------------------------------------------
+
+
+def learning_rate_schedule(config: LanguageModelConfig, steps_per_epoch: int):
+    """The learning rate: constant, or Zaremba et al.'s schedule as a Keras
+    `PiecewiseConstantDecay` over optimizer steps (constant for `decay_after`
+    epochs, then times `lr_decay` per epoch)."""
+    import keras
+
+    train = config.train
+    if train.lr_decay == 1.0:
+        return train.learning_rate
+    # Epoch e (from 0) trains at learning_rate * lr_decay ** max(e + 1 - decay_after, 0)
+    values = [
+        train.learning_rate * train.lr_decay ** max(epoch + 1 - train.decay_after, 0)
+        for epoch in range(train.epochs)
+    ]
+    if len(values) == 1:
+        return values[0]
+    boundaries = [epoch * steps_per_epoch for epoch in range(1, train.epochs)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, values)
+
+
+def reset_states_callback() -> keras.callbacks.Callback:
+    """Clears the carried states at the start of every epoch, evaluation and
+    prediction, so that each reads its data from a zero state."""
+    import keras
+
+    class ResetStates(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.model.reset_states()
+
+        def on_test_begin(self, logs=None):
+            self.model.reset_states()
+
+        def on_predict_begin(self, logs=None):
+            self.model.reset_states()
+
+    return ResetStates()
+
+
+# -- Evaluation ----------------------------------------------------------------------
+
+
+def mean_cross_entropy(
+    model: keras.Model,
+    ids: np.ndarray,
+    streams: int,
+    bptt: int,
+    carry_state: bool = True,
+) -> float:
+    """Mean per-token cross-entropy (nats) of `model` on the id stream `ids`.
+
+    The stream is read as `streams` contiguous rows, `bptt` tokens at a time, every
+    token predicted once (the last, shorter window included). With `carry_state` the
+    state runs through each row from its first token to its last; without it, every
+    window starts from a zero state. Tokens past `streams * ((len(ids) - 1) //
+    streams) + 1` (fewer than `streams`) are not scored; a split shorter than
+    `streams + 1` tokens is read by fewer streams.
+    """
+    import numpy as np
+
+    from rnnkit.data.token_stream import stream_batches
+
+    streams = _stream_count(ids, streams)
+    reader = _reader(model, streams, carry_state)
+    total, count = 0.0, 0
+    for inputs, targets in stream_batches(ids, streams, bptt, keep_partial=True):
+        logits = np.asarray(reader.predict_on_batch(inputs), "float64")
+        logits -= logits.max(-1, keepdims=True)
+        log_normaliser = np.log(np.exp(logits).sum(-1))  # (streams, steps)
+        picked = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        total += float((log_normaliser - picked).sum())
+        count += targets.size
+    return total / count
+
+
+def _stream_count(ids: np.ndarray, wanted: int) -> int:
+    """`wanted` streams, or fewer for a split too short to give each a token."""
+    return max(1, min(wanted, len(ids) - 1))
+
+
+def _reader(model: keras.Model, batch_size: int, stateful: bool) -> keras.Model:
+    """A copy of `model` with its current weights for `batch_size` rows, states
+    cleared."""
+    copies = _readers.setdefault(model, {})
+    key = (batch_size, stateful)
+    if key in copies:
+        copies[key].set_weights(model.get_weights())
+    else:
+        copies[key] = model.with_batch_size(batch_size, stateful=stateful)
+    reader = copies[key]
+    reader.reset_states()
+    return reader
+
+
+# -- Generation ----------------------------------------------------------------------
+
+
+def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> str:
+    """The prompt followed by `evaluation.length` sampled tokens."""
+    from rnnkit_recipes.language_model.data import EOS, tokenize
+
+    from rnnkit import decoding
+
+    evaluation = config.evaluation
+    level = config.data.level
+    index = {token: i for i, token in enumerate(model.tokens)}
+    prompt_tokens = tokenize(prompt, level, config.data.lowercase)
+    if level == "word" and prompt_tokens and prompt_tokens[-1] == EOS:
+        prompt_tokens = prompt_tokens[:-1]  # continue the line, do not end it
+    if not prompt_tokens:
+        prompt_tokens = [EOS] if EOS in index else [model.tokens[-1]]
+    prompt_ids = [index.get(token, 0) for token in prompt_tokens]
+    reader = _reader(model, 1, stateful=True)
+    generated = decoding.sample_sequence(
+        reader.predict_on_batch,
+        prompt_ids,
+        evaluation.length,
+        temperature=evaluation.temperature,
+        top_k=evaluation.top_k,
+        top_p=evaluation.top_p,
+        seed=evaluation.seed,
+    )
+    tokens = [model.tokens[i] for i in generated]
+    if level == "char":
+        return prompt + "".join(tokens)
+    words = [prompt.strip(), *tokens]
+    return " ".join(words).replace(f" {EOS} ", "\n").replace(f" {EOS}", "\n")

@@ -1,0 +1,100 @@
+"""Tests for rnnkit.models.LanguageModel: carried state, resets, tying, saving."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rnnkit.data.token_stream import stream_batches
+from rnnkit.models.language_model import LanguageModel
+
+TOKENS = [f"t{i}" for i in range(11)]
+
+
+def tiny(cell_type="lstm", **kwargs):
+    keras.utils.set_random_seed(3)
+    options = dict(embedding_dim=6, units=6, num_layers=2)
+    model = LanguageModel(TOKENS, cell_type=cell_type, **{**options, **kwargs})
+    model.build()
+    return model
+
+
+@pytest.mark.parametrize("cell_type", ["lstm", "gru", "simple_rnn"])
+def test_state_carried_across_windows_equals_one_pass_over_the_stream(cell_type):
+    ids = np.random.default_rng(0).integers(0, 11, size=3 * 16 + 1)
+    whole = tiny(cell_type)
+    stateful = whole.with_batch_size(3, stateful=True)
+    # Windows of 5 steps of 3 streams of 16 tokens (the last window is 1 step long).
+    batches = stream_batches(ids, 3, 5, keep_partial=True)
+    carried = np.concatenate([stateful(x) for x, _ in batches], axis=1)
+    streams = ids[:48].reshape(3, 16)
+    np.testing.assert_allclose(carried, whole(streams), rtol=1e-5, atol=1e-5)
+    # After a reset the next window starts again from the zero state.
+    stateful.reset_states()
+    np.testing.assert_allclose(
+        stateful(batches[0][0]), whole(batches[0][0]), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_gradients_stop_at_the_window_boundary():
+    """The loss of window 2 does not reach the embeddings of tokens seen only in
+    window 1 when the state is carried, but does when both are one sequence."""
+    model = tiny(num_layers=1).with_batch_size(1, stateful=True)
+    first, second = np.array([[1, 2, 1, 2]]), np.array([[3, 4, 3, 4]])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model(first)
+    with tf.GradientTape() as tape:
+        value = loss(np.array([[4, 3, 4, 3]]), model(second, training=True))
+    gradient = tf.convert_to_tensor(tape.gradient(value, model.embedding.embeddings))
+    assert np.abs(gradient.numpy()[[1, 2]]).max() == 0.0
+    assert np.abs(gradient.numpy()[[3, 4]]).max() > 0.0
+    joined = model.with_batch_size(None, stateful=False)
+    with tf.GradientTape() as tape:
+        logits = joined(np.concatenate([first, second], axis=1), training=True)
+        value = loss(np.array([[4, 3, 4, 3]]), logits[:, 4:])
+    gradient = tf.convert_to_tensor(tape.gradient(value, joined.embedding.embeddings))
+    assert np.abs(gradient.numpy()[[1, 2]]).max() > 0.0
+
+
+def test_tied_output_is_the_transposed_embedding_plus_bias():
+    model = tiny(num_layers=1, tie_weights=True)
+    assert model.output_projection is None
+    ids = np.array([[1, 5, 7]])
+    hidden = model.recurrent_layers[0](model.embedding(ids))
+    expected = hidden.numpy() @ model.embedding.embeddings.numpy().T
+    expected += model.output_bias.numpy()
+    np.testing.assert_allclose(model(ids), expected, rtol=1e-5, atol=1e-6)
+    names = [w.path for w in model.weights]
+    assert sum("embedding" in name for name in names) == 1
+
+
+def test_uniform_initialisation_stays_in_range_and_differs_per_weight():
+    model = tiny(init_scale=0.1)
+    weights = model.get_weights()
+    assert all(np.abs(w).max() <= 0.1 for w in weights)
+    kernels = [w for w in weights if w.ndim == 2]
+    assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)
+
+
+def test_save_and_reload_in_safe_mode(tmp_path):
+    model = tiny(dropout=0.3, tie_weights=True).with_batch_size(2, stateful=True)
+    model.save(tmp_path / "lm.keras")
+    reloaded = keras.saving.load_model(tmp_path / "lm.keras", safe_mode=True)
+    assert reloaded.tokens == TOKENS and reloaded.stateful
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    model.reset_states()
+    np.testing.assert_allclose(reloaded(ids), model(ids), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"tie_weights": True, "units": 8}, "tie_weights"),
+        ({"stateful": True}, "batch_size"),
+        ({"cell_type": "rnn"}, "cell_type"),
+        ({"dropout": 1.0}, "dropout"),
+    ],
+)
+def test_bad_arguments_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageModel(TOKENS, **{"embedding_dim": 6, "units": 6, **options})

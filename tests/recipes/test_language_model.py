@@ -1,0 +1,336 @@
+"""The language-model recipe: the truncated-BPTT pipeline and state resets on
+hand-made token streams, then end to end on real text (The Time Machine, Penn
+Treebank) through the runner and the `rnnkit` launcher."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from rnnkit_recipes.language_model import baselines
+from rnnkit_recipes.language_model import data as lm_data
+from rnnkit_recipes.language_model.recipe import (
+    LanguageModelConfig,
+    LanguageModelRecipe,
+    learning_rate_schedule,
+    mean_cross_entropy,
+)
+
+from rnnkit import config as config_lib
+from rnnkit import runner
+from rnnkit.cli import main
+from rnnkit.data.token_stream import stream_batches
+from tests.stock_support import ROOT
+
+LM_DATA = ROOT.parent / "shared" / "data" / "language_model"
+CONFIGS = ROOT / "recipes" / "language_model" / "configs"
+SMOKE_CONFIG = CONFIGS / "smoke.toml"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+def numbered_text(path, lines=60, words=10):
+    """Lines of distinct words w0 w1 ...: every token names its place in the text."""
+    rows = [
+        " ".join(f"w{line * words + i}" for i in range(words)) for line in range(lines)
+    ]
+    path.write_text("\n".join(rows) + "\n", "utf-8")
+    return path
+
+
+def word_config(path, **values):
+    settings = {
+        "data.path": str(path), "data.level": "word", "data.validation_fraction": 0.2,
+        "data.test_fraction": 0.1, "train.batch_size": 3, "train.bptt": 4,
+        "model.units": 8, "model.embedding_dim": 8, "train.epochs": 2,
+        "train.patience": 0, "evaluation.batch_size": 2,
+    }  # fmt: skip
+    settings.update(values)
+    return config_lib.resolve(LanguageModelConfig, None, settings)
+
+
+def windows_as_tokens(dataset, tokens):
+    return [
+        (np.array(tokens)[x.numpy()], np.array(tokens)[y.numpy()]) for x, y in dataset
+    ]
+
+
+def test_truncated_bptt_pipeline_delivers_the_streams_in_order(tmp_path):
+    config = word_config(
+        numbered_text(tmp_path / "text.txt"), **{"train.shuffle": True}
+    )
+    loaded = LanguageModelRecipe().load_data(config)
+    text = lm_data.tokenize((tmp_path / "text.txt").read_text(), "word", True)
+    train_tokens = text[: len(loaded.train_ids)]
+    assert list(np.array(loaded.tokens)[loaded.train_ids]) == train_tokens
+    batches = windows_as_tokens(loaded.train, loaded.tokens)
+    per_stream = (len(train_tokens) - 1) // 3
+    assert len(batches) == per_stream // 4
+    for window, (inputs, targets) in enumerate(batches):
+        assert inputs.shape == (3, 4)
+        for stream in range(3):
+            start = stream * per_stream + window * 4
+            assert list(inputs[stream]) == train_tokens[start : start + 4]
+            assert list(targets[stream]) == train_tokens[start + 1 : start + 5]
+    # Shuffling is never applied to truncated BPTT: a second pass is the same.
+    again = windows_as_tokens(loaded.train, loaded.tokens)
+    assert all((a[0] == b[0]).all() for a, b in zip(batches, again, strict=True))
+
+
+def test_independent_windows_are_the_same_windows_shuffled(tmp_path):
+    path = numbered_text(tmp_path / "text.txt")
+    ordered = LanguageModelRecipe().load_data(word_config(path))
+    shuffled = LanguageModelRecipe().load_data(
+        word_config(path, **{"train.mode": "independent", "train.shuffle": True})
+    )
+    rows = [
+        np.concatenate([x.numpy() for x, _ in d.train]) for d in (ordered, shuffled)
+    ]
+    assert sorted(map(tuple, rows[0])) == sorted(map(tuple, rows[1]))
+    assert not (rows[0] == rows[1]).all()
+
+
+def test_states_are_reset_at_epoch_start_and_before_evaluation(tmp_path):
+    """The recipe's callback, run by the runner: the first batch of every epoch and
+    of every validation pass sees a zero state; the next batches a carried one."""
+    config = word_config(numbered_text(tmp_path / "text.txt"))
+    seen = []
+
+    def state_norm(model):
+        return sum(
+            float(np.abs(keras.ops.convert_to_numpy(v)).sum())
+            for layer in model.recurrent_layers
+            for v in layer.states
+        )
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(("train", batch, state_norm(self.model)))
+
+        def on_test_batch_begin(self, batch, logs=None):
+            seen.append(("test", batch, state_norm(self.model)))
+
+    runner.run(
+        LanguageModelRecipe(), config, tmp_path / "run", callbacks=[Spy()], verbose=0
+    )
+    train = [entry for entry in seen if entry[0] == "train"]
+    test = [entry for entry in seen if entry[0] == "test"]
+    assert [norm == 0 for _, batch, norm in train if batch == 0] == [True, True]
+    assert all(norm > 0 for _, batch, norm in train if batch > 0)
+    assert [norm == 0 for _, batch, norm in test if batch == 0] == [True, True]
+    assert all(norm > 0 for _, batch, norm in test if batch > 0)
+
+
+def test_perplexity_carries_the_state_through_the_split():
+    """mean_cross_entropy against one stateless pass over each whole stream."""
+    from rnnkit.models.language_model import LanguageModel
+
+    keras.utils.set_random_seed(1)
+    model = LanguageModel(list("abcdefg"), embedding_dim=4, units=5, num_layers=1)
+    model.build()
+    ids = np.random.default_rng(0).integers(0, 7, size=47)  # 3 streams of 15
+    logits = keras.ops.convert_to_numpy(model(ids[:45].reshape(3, 15)))
+    targets = ids[1:46].reshape(3, 15)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -np.take_along_axis(log_probs, targets[..., None], -1).mean()
+    carried = mean_cross_entropy(model, ids, streams=3, bptt=4)
+    assert carried == pytest.approx(expected, rel=1e-5)
+    # Reset at every window: the mean over windows read separately.
+    reset = [
+        -np.take_along_axis(
+            keras.ops.convert_to_numpy(keras.ops.log_softmax(model(x), axis=-1)),
+            y[..., None],
+            -1,
+        ).sum()
+        for x, y in stream_batches(ids, 3, 4, keep_partial=True)
+    ]
+    assert mean_cross_entropy(
+        model, ids, streams=3, bptt=4, carry_state=False
+    ) == pytest.approx(sum(reset) / 45, rel=1e-5)
+
+
+def test_baselines_against_dense_counts():
+    rng = np.random.default_rng(0)
+    train, validation, test = (rng.integers(0, 6, n) for n in (400, 80, 90))
+    counts = np.bincount(train, minlength=6)
+    unigram = (counts + 1) / (counts.sum() + 6)
+    assert baselines.unigram_cross_entropy(train, test, 6) == pytest.approx(
+        -np.log(unigram[test[1:]]).mean()
+    )
+    pair_counts = np.zeros((6, 6))
+    np.add.at(pair_counts, (train[:-1], train[1:]), 1)
+
+    def dense(stream, k):
+        p = (pair_counts + k) / (pair_counts.sum(1, keepdims=True) + 6 * k)
+        return -np.log(p[stream[:-1], stream[1:]]).mean()
+
+    best_k = min(baselines.BIGRAM_K, key=lambda k: dense(validation, k))
+    value, k = baselines.bigram_cross_entropy(train, validation, test, 6)
+    assert k == best_k and value == pytest.approx(dense(test, best_k))
+
+
+def test_zaremba_schedule_is_constant_then_halves_every_epoch():
+    config = config_lib.resolve(LanguageModelConfig, CONFIGS / "ptb_small.toml", {})
+    schedule = learning_rate_schedule(config, steps_per_epoch=100)
+    rates = [float(schedule(epoch * 100 + 50)) for epoch in range(13)]
+    assert rates == [20.0] * 4 + [20.0 * 0.5**i for i in range(1, 10)]
+
+
+def test_penn_treebank_conventions():
+    path = LM_DATA / "ptb.valid.txt.gz"
+    if not path.is_file():
+        pytest.skip(f"shared data file {path} is not available")
+    tokens = lm_data.tokenize(lm_data.read_text(path), "word", lowercase=False)
+    # The published counts: 73,760 tokens with one <eos> per line (3,370 lines).
+    assert len(tokens) == 73760 and tokens.count("<eos>") == 3370
+    assert tokens[:4] == ["consumers", "may", "want", "to"]
+    vocabulary = lm_data.build_vocabulary(tokens, 0, 1)
+    assert vocabulary[0] == "<unk>" and len(set(vocabulary)) == len(vocabulary)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The packaged Time Machine, characters, a small LSTM, two epochs."""
+    run_dir = tmp_path_factory.mktemp("runs") / "language_model"
+    result = invoke(
+        "run", "language_model", "--config", str(SMOKE_CONFIG), "--run-dir",
+        str(run_dir), "--set", "train.spectral_norm_every=20",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-3000:]
+    # Read now: `rnnkit diagnose` may rewrite diagnostics/ later.
+    spectral = (run_dir / "diagnostics" / "spectral_norms.csv").read_text()
+    return run_dir, spectral
+
+
+def test_smoke_run_beats_the_unigram_baseline(smoke_run):
+    smoke_run, _ = smoke_run
+    for name in ("config.toml", "model.keras", "metrics.json", "history.csv"):
+        assert (smoke_run / name).is_file(), name
+    with (smoke_run / "history.csv").open() as handle:
+        losses = [float(row["loss"]) for row in csv.DictReader(handle)]
+    assert len(losses) == 2 and losses[1] < losses[0]
+    table = json.loads((smoke_run / "metrics.json").read_text())["test"]
+    assert list(table) == ["model", "unigram", "bigram_add_k"]
+    model = table["model"]
+    assert model["perplexity"] < 0.7 * table["unigram"]["perplexity"]
+    assert model["bits_per_char"] == pytest.approx(model["cross_entropy"] / math.log(2))
+    assert model["perplexity"] == pytest.approx(math.exp(model["cross_entropy"]))
+    assert model["perplexity"] <= model["perplexity_state_reset"]
+
+
+def test_predict_samples_reproducibly(smoke_run):
+    smoke_run, _ = smoke_run
+    recipe = LanguageModelRecipe()
+    config = config_lib.load_toml(LanguageModelConfig, smoke_run / "config.toml")
+    model = runner.load_model(smoke_run / "model.keras")  # safe mode
+
+    def sample(**values):
+        settings = {"evaluation.length": 40, **values}
+        return recipe.predict(
+            model, ["the time traveller"], config.with_values(settings)
+        )[0]
+
+    options = {"evaluation.temperature": 0.8, "evaluation.top_k": 10}
+    first = sample(**options, **{"evaluation.seed": 5})
+    assert first.startswith("the time traveller") and len(first) == 18 + 40
+    assert sample(**options, **{"evaluation.seed": 5}) == first
+    assert sample(**options, **{"evaluation.seed": 6}) != first
+    greedy = sample(**{"evaluation.temperature": 0.0})
+    assert sample(**{"evaluation.top_k": 1, "evaluation.seed": 9}) == greedy
+    # The command, in a fresh process, with the recipe's sampling options.
+    result = subprocess.run(
+        [sys.executable, "-c", "from rnnkit.cli import main; main()", "predict",
+         str(smoke_run), "the time traveller", "--length", "40", "--temperature",
+         "0.8", "--top-k", "10", "--seed", "5"],
+        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.rstrip("\n") == first
+
+
+def test_diagnose_writes_into_the_run_directory(smoke_run):
+    smoke_run, _ = smoke_run
+    result = invoke("diagnose", str(smoke_run), "--steps", "2", "--window", "10")
+    assert result.exit_code == 0, result.output[-2000:]
+    table = (smoke_run / "diagnostics" / "gradient_norms.csv").read_text()
+    assert {line.split(",")[1] for line in table.splitlines()[1:]} == {
+        "fresh",
+        "trained",
+    }
+    assert (smoke_run / "diagnostics" / "gradient_norms.png").is_file()
+    mixed = invoke("diagnose", str(smoke_run), "--cell", "lstm")
+    assert "leave out RUN_DIR" in error_line(mixed)
+
+
+def test_spectral_norms_are_tracked_during_the_run(smoke_run):
+    """train.spectral_norm_every=20: sigma_max of W_hh every 20 of the 2 x 39 steps,
+    the last row equal to the saved model's."""
+    run_dir, spectral = smoke_run
+    rows = [line.split(",") for line in spectral.splitlines()]
+    assert rows[0] == ["model", "step", "layer", "gate", "sigma_max"]
+    whole = [row for row in rows[1:] if row[3] == "all"]
+    assert [int(row[1]) for row in whole] == [0, 20, 39, 40, 60, 78]
+    kernel = runner.load_model(run_dir / "model.keras").recurrent_layers[0]
+    kernel = kernel.cell.recurrent_kernel.numpy()
+    assert float(whole[-1][4]) == pytest.approx(np.linalg.norm(kernel, 2), rel=1e-5)
+    assert (run_dir / "diagnostics" / "spectral_norms.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "assignments, message",
+    [
+        (["model.tie_weights=true", "model.units=32"], "model.tie_weights needs"),
+        (["data.path=nowhere/ptb.{split}.txt"], "no such file"),
+        (["data.limit=100", "train.batch_size=16"], "too few for one batch"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(tmp_path, assignments, message):
+    sets = [arg for item in assignments for arg in ("--set", item)]
+    result = invoke(
+        "run", "language_model", "--config", str(SMOKE_CONFIG), "--run-dir",
+        str(tmp_path / "run"), *sets,
+    )  # fmt: skip
+    assert message in error_line(result)
+
+
+def test_a_split_shorter_than_the_streams_is_read_by_fewer():
+    from rnnkit.models.language_model import LanguageModel
+
+    keras.utils.set_random_seed(2)
+    model = LanguageModel(list("abc"), embedding_dim=2, units=3, num_layers=1)
+    model.build()
+    ids = np.array([0, 1, 2, 1])  # 3 streams of one token each, from a zero state
+    logits = keras.ops.convert_to_numpy(model(ids[:-1, None]))[:, 0]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -log_probs[np.arange(3), ids[1:]].mean()
+    value = mean_cross_entropy(model, ids, streams=10, bptt=2)
+    assert value == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "ptb_small", "ptb_medium"])
+def test_config_files_resolve(name):
+    config = config_lib.resolve(LanguageModelConfig, CONFIGS / f"{name}.toml", {})
+    if name == "default":
+        assert config == LanguageModelConfig()
+    if name.startswith("ptb"):
+        # Zaremba et al.'s rate 1 and clip 5 on the per-window sum of losses.
+        assert config.train.learning_rate == config.train.bptt
+        assert config.train.clipnorm == pytest.approx(5 / config.train.bptt, rel=1e-5)
