@@ -525,6 +525,7 @@ def diagnose(run_dir: Path | None, cells: tuple[str, ...], **options: Any) -> No
     sigma_max(W_hh)^(T-t) bound, sigma_max during training and the global gradient
     norm before and after clipping. Writes CSV and PNG files.
     """
+    _load_frameworks()
     from rnnkit import diagnostics
 
     with user_errors():

@@ -28,6 +28,7 @@ from rnnkit import config as config_lib
 from rnnkit import runner
 from rnnkit.cli import main
 from rnnkit.data.token_stream import stream_batches
+from tests.shared_data import require
 from tests.stock_support import ROOT
 
 LM_DATA = ROOT.parent / "shared" / "data" / "language_model"
@@ -195,9 +196,7 @@ def test_zaremba_schedule_is_constant_then_halves_every_epoch():
 
 
 def test_penn_treebank_conventions():
-    path = LM_DATA / "ptb.valid.txt.gz"
-    if not path.is_file():
-        pytest.skip(f"shared data file {path} is not available")
+    path = require(LM_DATA / "ptb.valid.txt.gz")
     tokens = lm_data.tokenize(lm_data.read_text(path), "word", lowercase=False)
     # The published counts: 73,760 tokens with one <eos> per line (3,370 lines).
     assert len(tokens) == 73760 and tokens.count("<eos>") == 3370
