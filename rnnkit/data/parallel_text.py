@@ -346,28 +346,52 @@ def download(
     return destination
 
 
+def source_key(sentence: str) -> str:
+    """What makes two source sentences the same for splitting: NFKC, spaces, case."""
+    return " ".join(unicodedata.normalize("NFKC", sentence).split()).casefold()
+
+
 def split_pairs(
     pairs: Sequence[tuple[str, str]],
     validation_fraction: float,
     test_fraction: float,
     seed: int,
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
-    """Shuffles pairs reproducibly and splits them into train, validation and test."""
+    """Splits pairs reproducibly into train, validation and test by source sentence.
+
+    Anki/Tatoeba files hold several translations of one source sentence, so a split of
+    the pairs at random would put the same source in training and in testing. Here
+    the distinct source sentences (`source_key`: same text after NFKC, whitespace
+    and case folding) are shuffled with `seed`, and all pairs of one source go to the
+    same split: test first, then validation, each taking whole sources until it
+    holds its fraction of the pairs; training gets the rest. No test or validation
+    source occurs in training.
+    """
     for name, value in (
         ("validation_fraction", validation_fraction),
         ("test_fraction", test_fraction),
     ):
         if not 0.0 < value < 0.5:
             raise ValueError(f"{name} must be in (0, 0.5); received: {value}")
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
-    n_test = max(1, round(test_fraction * len(pairs)))
-    n_validation = max(1, round(validation_fraction * len(pairs)))
-    if n_test + n_validation >= len(pairs):
+    groups: dict[str, list[int]] = {}
+    for index, (source, _) in enumerate(pairs):
+        groups.setdefault(source_key(source), []).append(index)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    wanted = [
+        max(1, round(fraction * len(pairs)))
+        for fraction in (test_fraction, validation_fraction)
+    ]
+    parts: list[list[tuple[str, str]]] = [[], [], []]  # test, validation, train
+    part = 0
+    for key in keys:
+        while part < 2 and len(parts[part]) >= wanted[part]:
+            part += 1
+        parts[part].extend(pairs[i] for i in groups[key])
+    test, validation, train = parts
+    if not test or not validation or not train:
         raise DataError(
-            f"{len(pairs)} pairs are too few to split into train, validation and test"
+            f"{len(pairs)} pairs ({len(keys)} distinct source sentences) are too few "
+            "to split into train, validation and test"
         )
-    shuffled = [pairs[i] for i in order]
-    test = shuffled[:n_test]
-    validation = shuffled[n_test : n_test + n_validation]
-    return shuffled[n_test + n_validation :], validation, test
+    return train, validation, test

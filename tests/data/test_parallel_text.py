@@ -157,3 +157,47 @@ def test_split_pairs_is_reproducible_and_disjoint():
     assert pt.split_pairs(pairs, 0.1, 0.02, seed=3)[2] == test
     with pytest.raises(DataError, match="too few"):
         pt.split_pairs(pairs[:2], 0.1, 0.02, seed=3)
+
+
+def leaked_sources(train, held_out) -> set[str]:
+    """Held-out source sentences that also occur (normalised) as training sources."""
+
+    def key(source: str) -> str:
+        return " ".join(source.split()).casefold()
+
+    training = {key(source) for source, _ in train}
+    return {source for source, _ in held_out if key(source) in training}
+
+
+def test_split_pairs_keeps_every_source_sentence_in_one_split():
+    """Anki files translate one source many times; no held-out source is trained on."""
+    path = SHARED / "spa-eng.zip"
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    pairs = pt.read_tab_separated(path)[:20000]
+    # The slice is one where a split of the pairs at random leaks: it has many
+    # sources with several translations ("Go." -> "Ve.", "Vete.", "Vaya." ...).
+    order = list(range(len(pairs)))
+    __import__("random").Random(0).shuffle(order)
+    shuffled = [pairs[i] for i in order]
+    assert len(leaked_sources(shuffled[1400:], shuffled[:400])) > 50
+
+    train, validation, test = pt.split_pairs(pairs, 0.05, 0.02, seed=0)
+    assert sorted(train + validation + test) == sorted(pairs)
+    assert leaked_sources(train, test) == set()
+    assert leaked_sources(train, validation) == set()
+    assert leaked_sources(validation, test) == set()
+    # The fractions are still fractions of the pairs.
+    assert abs(len(test) - 400) < 20 and abs(len(validation) - 1000) < 20
+    assert pt.split_pairs(pairs, 0.05, 0.02, seed=0)[2] == test
+    assert pt.split_pairs(pairs, 0.05, 0.02, seed=1)[2] != test
+
+
+def test_split_pairs_groups_sources_that_differ_only_in_case_and_spaces():
+    pairs = [("Go.", "Ve."), ("go. ", "Vete."), ("GO.", "Vaya.")] + [
+        (f"Sentence {i}.", f"Frase {i}.") for i in range(40)
+    ]
+    for seed in range(10):
+        train, validation, test = pt.split_pairs(pairs, 0.1, 0.1, seed=seed)
+        for part in (train, validation, test):
+            assert len([s for s, _ in part if s.strip().lower() == "go."]) in (0, 3)
