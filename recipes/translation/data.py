@@ -152,15 +152,20 @@ def load(config: TranslationConfig) -> TranslationData:
 
     train_tokens = _short_enough(tokens(train), data.max_length, "training")
     validation_tokens = _short_enough(tokens(validation), data.max_length, "validation")
-    max_size = data.vocabulary_size or None
-    source_vocabulary = Vocabulary.build(train_tokens[0], max_size, data.min_frequency)
-    target_vocabulary = Vocabulary.build(train_tokens[1], max_size, data.min_frequency)
+    kind = parallel_text.vocabulary_class(data.tokenizer)
+    if data.tokenizer == "subword":
+        max_size = data.subword_vocabulary_size
+    else:
+        max_size = data.vocabulary_size or None
+    # Trained on the training split only.
+    source_vocabulary = kind.build(train_tokens[0], max_size, data.min_frequency)
+    target_vocabulary = kind.build(train_tokens[1], max_size, data.min_frequency)
     log.info(
-        "%s: %d / %d / %d pairs (train / validation / test); vocabularies: "
+        "%s: %d / %d / %d pairs (train / validation / test); %s vocabularies: "
         "%d %s, %d %s tokens",
         description, len(train_tokens[0]), len(validation_tokens[0]), len(test),
-        len(source_vocabulary), data.source_lang, len(target_vocabulary),
-        data.target_lang,
+        data.tokenizer, len(source_vocabulary), data.source_lang,
+        len(target_vocabulary), data.target_lang,
     )  # fmt: skip
 
     def dataset(split_tokens, shuffle: bool) -> tf.data.Dataset:

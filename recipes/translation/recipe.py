@@ -104,13 +104,27 @@ class TranslationDataConfig(DataConfig):
     split_punctuation: bool = field(
         True, help="Make punctuation marks tokens of their own."
     )
+    tokenizer: str = field(
+        "subword",
+        help="subword: BPE pieces of the words (SentencePiece, learned on the "
+        "training split), so rare words are spelled out; word: whole words, the "
+        "rarer ones [UNK].",
+        choices=("subword", "word"),
+    )
+    subword_vocabulary_size: int = field(
+        8000,
+        help="subword: pieces per language, special tokens included.",
+        above=4,
+    )
     vocabulary_size: int = field(
         0,
-        help="Most tokens kept per language, special tokens included (0: all).",
+        help="word: most tokens kept per language, special tokens included (0: all).",
         at_least=0,
     )
     min_frequency: int = field(
-        2, help="Tokens seen fewer times in training become [UNK].", at_least=1
+        2,
+        help="word: tokens seen fewer times in training become [UNK].",
+        at_least=1,
     )
     skip_empty_lines: bool = field(
         False, help="Drop pairs with an empty sentence instead of stopping."
@@ -266,6 +280,8 @@ class TranslationRecipe(Recipe):
     ) -> Metrics:
         import sacrebleu
 
+        from rnnkit.data.parallel_text import UNK, count_unknown
+
         validation = teacher_forced_figures(model, data.validation)
         unigram = unigram_figures(
             data.train, data.validation, len(data.target_vocabulary)
@@ -284,7 +300,16 @@ class TranslationRecipe(Recipe):
 
         beam = translate(model, sources, data, config, beam_width=None)
         greedy = translate(model, sources, data, config, beam_width=1)
-        model_row = {**scores(beam), **scores(greedy, "_greedy"), **validation}
+        model_row = {
+            **scores(beam),
+            **scores(greedy, "_greedy"),
+            **validation,
+            "unknown_outputs": float(count_unknown(h.split() for h in beam)),
+        }
+        log.info(
+            "%d of %d beam translations hold the unknown token %s",
+            model_row["unknown_outputs"], len(beam), UNK,
+        )  # fmt: skip
         log.info("sacreBLEU signature: %s", bleu.get_signature())
         log.info("chrF signature:      %s", chrf.get_signature())
         for source, reference, hypothesis in zip(
@@ -305,15 +330,17 @@ class TranslationRecipe(Recipe):
         import numpy as np
         from rnnkit_recipes.translation.data import text_options
 
-        from rnnkit.data.parallel_text import Vocabulary
+        from rnnkit.data.parallel_text import vocabulary_class
         from rnnkit.data.text import read_inputs
 
         sentences = read_inputs(
             inputs, "give a sentence to translate, or a file of sentences"
         )
-        # The vocabularies saved with the model, not those of today's data.
-        source_vocabulary = Vocabulary(model.source_tokens)
-        target_vocabulary = Vocabulary(model.target_tokens)
+        # The vocabularies saved with the model, not those of today's data; a
+        # subword vocabulary's pieces define its tokenizer.
+        kind = vocabulary_class(config.data.tokenizer)
+        source_vocabulary = kind(model.source_tokens)
+        target_vocabulary = kind(model.target_tokens)
         options = text_options(config)
         n_best = config.evaluation.n_best
         result = search(
@@ -353,14 +380,15 @@ class TranslationRecipe(Recipe):
         if model.attention == "none" or count == 0:
             return
         sentences = [source for source, _ in data.test_pairs[:count]]
-        source_tokens = [_tokens(s, data.text_options) for s in sentences]
+        source_words = [_tokens(s, data.text_options) for s in sentences]
         result = search(
             model,
-            [data.source_vocabulary.encode(tokens) for tokens in source_tokens],
+            [data.source_vocabulary.encode(words) for words in source_words],
             config,
             beam_width=config.evaluation.beam_width,
         )
-        for row, tokens in enumerate(source_tokens):
+        for row, words in enumerate(source_words):
+            tokens = data.source_vocabulary.pieces(words)
             tokens = tokens or [UNK]  # what `search` feeds for an empty sentence
             length = int(result.lengths[row, 0])
             target = [

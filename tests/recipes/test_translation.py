@@ -20,7 +20,12 @@ from rnnkit_recipes.translation.recipe import TranslationConfig, TranslationReci
 from rnnkit import config as config_lib
 from rnnkit import runner
 from rnnkit.cli import main
-from rnnkit.data.parallel_text import read_parallel_files
+from rnnkit.data.parallel_text import (
+    UNK_ID,
+    SubwordVocabulary,
+    read_parallel_files,
+    tokenize,
+)
 from tests.stock_support import ROOT
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
@@ -83,8 +88,11 @@ def test_metrics_put_the_model_beside_the_baselines(smoke_run):
     assert list(table) == ["model", "copy_source", "unigram"]
     assert set(table["model"]) == {
         "bleu", "chrf", "bleu_greedy", "chrf_greedy", "val_token_accuracy",
-        "val_perplexity",
+        "val_perplexity", "unknown_outputs",
     }  # fmt: skip
+    # Subword pieces spell out every word of the training characters: no test
+    # translation holds the unknown token (the word level gave one in three).
+    assert table["model"]["unknown_outputs"] == 0
     assert all(0.0 <= table["model"][name] <= 100.0 for name in ("bleu", "chrf"))
     # Five epochs on 500 pairs translate badly, but the model already predicts the
     # next token better than the source-blind unigram model does.
@@ -128,11 +136,15 @@ def test_reloaded_model_translates_with_greedy_and_beam_search(smoke_run):
         beam_config = config.with_values({"evaluation.beam_width": beam_width})
         lines = recipe.predict(model, sentences, beam_config)
         assert len(lines) == 2
-        vocabulary = set(model.target_tokens)
+        vocabulary = SubwordVocabulary(model.target_tokens)
         for line in lines:
             assert line and "[START]" not in line and "[END]" not in line
+            assert "\u2581" not in line  # pieces are joined into words
             words = re.findall(r"[^\s.,!?]+", line)
-            assert words and all(word in vocabulary for word in words)
+            # Every word is spelled with the target pieces saved in the model.
+            assert words and all(
+                UNK_ID not in vocabulary.encode([word]) for word in words
+            )
 
 
 def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
@@ -147,6 +159,14 @@ def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
+    # The fresh process rebuilt the subword tokenizers from the run directory alone:
+    # it translates exactly as the model and vocabularies of this process do.
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    config = config.with_values({"evaluation.beam_width": 4, "evaluation.n_best": 3})
+    model = runner.load_model(run_dir / "model.keras")
+    assert lines == TranslationRecipe().predict(
+        model, ["Ein Hund rennt.", "Eine Frau liest ein Buch."], config
+    )
     assert lines[0] == "Ein Hund rennt." and lines[4] == "Eine Frau liest ein Buch."
     ranked = [re.match(r"  (\d)\. \[(-\d+\.\d+)\] \S", line) for line in lines[1:4]]
     assert all(ranked), lines
@@ -156,6 +176,39 @@ def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     unknown = invoke("predict", str(run_dir), "--beams", "4", "Hallo")
     assert "no such option: --beams" in error_line(unknown)
     assert "--beam, --n-best" in error_line(unknown)
+
+
+def test_subword_tokenizers_are_trained_on_training_text_and_saved_with_the_model(
+    smoke_run,
+):
+    """The pieces in model.keras rebuild the tokenizers in a fresh process."""
+    run_dir, _ = smoke_run
+    recipe = TranslationRecipe()
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    assert config.data.tokenizer == "subword"
+    # Loading the data again trains the tokenizers again, on the training split only
+    # (one per language): the same pieces as those saved with the model.
+    data = recipe.load_data(config)
+    train = read_parallel_files(
+        MULTI30K.format(split="train", lang="de"),
+        MULTI30K.format(split="train", lang="en"),
+    )[: config.data.limit]
+    options = data.text_options
+    for side, vocabulary in enumerate((data.source_vocabulary, data.target_vocabulary)):
+        expected = SubwordVocabulary.build(
+            [tokenize(pair[side], options) for pair in train],
+            config.data.subword_vocabulary_size,
+            config.data.min_frequency,
+        )
+        assert vocabulary.tokens == expected.tokens
+    # Pieces inside words (no "▁" word-start mark) as well as whole words.
+    assert any(not t.startswith("\u2581") for t in data.source_vocabulary.tokens[4:])
+    model = runner.load_model(run_dir / "model.keras")
+    assert model.source_tokens == data.source_vocabulary.tokens
+    assert model.target_tokens == data.target_vocabulary.tokens
+
+    words = tokenize("Ein Boston Terrier läuft über das Gras.", options)
+    assert data.source_vocabulary.decode(data.source_vocabulary.encode(words)) == words
 
 
 def write_anki_zip(path, lines):
@@ -187,8 +240,8 @@ def test_default_source_downloads_the_anki_zip(tmp_path, monkeypatch):
     assert len(data.test_pairs) == 4  # 2% of 200
     source, target = data.test_pairs[0]
     assert source.startswith("Veo ") and target.startswith("I see ")
-    assert "gatos" in data.source_vocabulary.tokens
-    assert "cats" in data.target_vocabulary.tokens
+    assert data.source_vocabulary.pieces(["gatos"]) == ["\u2581gatos"]
+    assert data.target_vocabulary.pieces(["cats"]) == ["\u2581cats"]
 
 
 def test_offline_default_source_says_how_to_use_local_files(tmp_path, monkeypatch):
