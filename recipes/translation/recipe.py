@@ -282,6 +282,7 @@ class TranslationRecipe(Recipe):
 
         from rnnkit.data.parallel_text import UNK, count_unknown
 
+        _check_vocabularies(model, data, config)
         validation = teacher_forced_figures(model, data.validation)
         unigram = unigram_figures(
             data.train, data.validation, len(data.target_vocabulary)
@@ -338,7 +339,7 @@ class TranslationRecipe(Recipe):
         )
         # The vocabularies saved with the model, not those of today's data; a
         # subword vocabulary's pieces define its tokenizer.
-        kind = vocabulary_class(config.data.tokenizer)
+        kind = vocabulary_class(_saved_tokenizer(model, config))
         source_vocabulary = kind(model.source_tokens)
         target_vocabulary = kind(model.target_tokens)
         options = text_options(config)
@@ -438,6 +439,44 @@ def _check(config: TranslationConfig) -> None:
     ):
         if config.get(key) < 0:
             raise ConfigError(f"{key} must be >= 0, got {config.get(key)}")
+
+
+def _saved_tokenizer(model: keras.Model, config: TranslationConfig) -> str:
+    """The tokenizer of the vocabularies in `model`: config.data.tokenizer, except for
+    runs from before subword vocabularies, whose config.toml has no data.tokenizer
+    (and so reads as the default "subword") but whose tokens are words."""
+    from rnnkit.data.parallel_text import SubwordVocabulary
+
+    if config.data.tokenizer == "subword" and not any(
+        token.startswith(SubwordVocabulary.WORD_START) for token in model.target_tokens
+    ):
+        return "word"
+    return config.data.tokenizer
+
+
+def _check_vocabularies(
+    model: keras.Model, data: TranslationData, config: TranslationConfig
+) -> None:
+    """Stops when the data's vocabularies are not those the model was trained with."""
+    from rnnkit.errors import DataError
+
+    if (
+        model.source_tokens is None
+        or model.target_tokens is None
+        or (
+            model.source_tokens == data.source_vocabulary.tokens
+            and model.target_tokens == data.target_vocabulary.tokens
+        )
+    ):
+        return
+    hint = "train on the same training split and data.tokenizer"
+    if _saved_tokenizer(model, config) != config.data.tokenizer:
+        hint = 'this run has word vocabularies: set data.tokenizer = "word" in its '
+        hint += "config.toml"
+    raise DataError(
+        f"the {config.data.tokenizer} vocabularies learned from this data differ "
+        f"from those saved in the model; {hint}"
+    )
 
 
 # -- Decoding ------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from rnnkit.cli import main
 from rnnkit.data.parallel_text import (
     UNK_ID,
     SubwordVocabulary,
+    TextOptions,
     read_parallel_files,
     tokenize,
 )
@@ -91,7 +92,7 @@ def test_metrics_put_the_model_beside_the_baselines(smoke_run):
         "val_perplexity", "unknown_outputs",
     }  # fmt: skip
     # Subword pieces spell out every word of the training characters: no test
-    # translation holds the unknown token (the word level gave one in three).
+    # translation holds the unknown token.
     assert table["model"]["unknown_outputs"] == 0
     assert all(0.0 <= table["model"][name] <= 100.0 for name in ("bleu", "chrf"))
     # Five epochs on 500 pairs translate badly, but the model already predicts the
@@ -312,3 +313,37 @@ def test_pair_dataset_batches_every_pair_once_with_shifted_targets():
                 seen.append(index)
         assert sorted(seen) == list(range(100))
         assert batches == int(dataset.cardinality())  # the epoch length Keras is told
+
+
+def test_runs_from_before_subword_vocabularies_still_predict_and_evaluate_says_why():
+    """A config.toml without data.tokenizer reads as "subword"; the saved words win."""
+    from rnnkit_recipes.translation.data import TranslationData
+
+    from rnnkit.data.parallel_text import Vocabulary
+    from rnnkit.errors import DataError
+    from rnnkit.models.encoder_decoder import EncoderDecoder
+
+    pairs = read_parallel_files(
+        MULTI30K.format(split="val", lang="de"), MULTI30K.format(split="val", lang="en")
+    )[:50]
+    config = TranslationConfig().with_values({"evaluation.beam_width": 2})
+    assert config.data.tokenizer == "subword"
+    options = TextOptions()
+    source, target = (
+        Vocabulary.build([tokenize(pair[side], options) for pair in pairs])
+        for side in (0, 1)
+    )
+    model = EncoderDecoder(source.tokens, target.tokens, embedding_dim=4, units=4)
+    model.build()
+    recipe = TranslationRecipe()
+    [line] = recipe.predict(model, [pairs[0][0]], config)
+    # Decoded with the word vocabulary: every output token is one of its words.
+    assert set(line.replace(".", " ").split()) <= set(target.tokens)
+    subword = SubwordVocabulary.build([tokenize(t, options) for _, t in pairs], 200)
+    data = TranslationData(
+        train=None, validation=None, test=None, source_vocabulary=subword,
+        target_vocabulary=subword, text_options=options, test_pairs=pairs,
+        source="",
+    )  # fmt: skip
+    with pytest.raises(DataError, match='set data.tokenizer = "word" in its config'):
+        recipe.evaluate(model, data, config)
