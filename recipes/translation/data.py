@@ -4,12 +4,14 @@ Sources (`data.format`):
 
 - "anki": tab-separated pairs (`.txt` or the tutorial's `.zip`); `data.columns` names
   the language of each column. Without `data.path` the English-Spanish pairs are
-  downloaded once. The single file is split reproducibly (`data.split_seed`).
+  downloaded once. The single file is split reproducibly (`data.split_seed`) by
+  distinct source sentence, so no held-out source is trained on.
 - "parallel": one plain-text file per language and split (optionally gzipped), found
   by filling `{split}` and `{lang}` in `data.path`, e.g.
   `../shared/data/translation/multi30k_{split}.{lang}.gz`.
 
-Vocabularies are built from the training split only. Training batches group pairs of
+Vocabularies (SentencePiece BPE pieces, or words with `data.tokenizer=word`) are learned
+from the training split only. Training batches group pairs of
 similar length (`tf.data.Dataset.bucket_by_sequence_length`), so short sentences are
 not padded to the length of long ones.
 """
