@@ -197,9 +197,9 @@ class SubwordVocabulary(Vocabulary):
     and punctuation splitting as for the word level); SentencePiece's BPE model
     (Sennrich et al. 2016; Kudo and Richardson 2018) then cuts each word into pieces
     by applying its learned merges, a piece that starts a word marked with "▁"
-    ("bergsteiger" -> "▁berg", "steiger"). Only a character never seen in training
-    is unknown, so rare words, names and compounds are spelled out instead of
-    becoming `[UNK]`. Training is deterministic: the same sentences give the same
+    (German "baumwolle" -> "▁baum", "wo", "lle"). Only a character never seen in
+    training is unknown, so rare words, names and compounds are spelled out instead
+    of becoming `[UNK]`. Training is deterministic: the same sentences give the same
     pieces.
 
     A BPE model is its pieces in merge order (SentencePiece scores piece i by -i), so
