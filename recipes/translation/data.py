@@ -4,12 +4,14 @@ Sources (`data.format`):
 
 - "anki": tab-separated pairs (`.txt` or the tutorial's `.zip`); `data.columns` names
   the language of each column. Without `data.path` the English-Spanish pairs are
-  downloaded once. The single file is split reproducibly (`data.split_seed`).
+  downloaded once. The single file is split reproducibly (`data.split_seed`) by
+  distinct source sentence, so no held-out source is trained on.
 - "parallel": one plain-text file per language and split (optionally gzipped), found
   by filling `{split}` and `{lang}` in `data.path`, e.g.
   `../shared/data/translation/multi30k_{split}.{lang}.gz`.
 
-Vocabularies are built from the training split only. Training batches group pairs of
+Vocabularies (SentencePiece BPE pieces, or words with `data.tokenizer=word`) are learned
+from the training split only. Training batches group pairs of
 similar length (`tf.data.Dataset.bucket_by_sequence_length`), so short sentences are
 not padded to the length of long ones.
 """
@@ -152,15 +154,20 @@ def load(config: TranslationConfig) -> TranslationData:
 
     train_tokens = _short_enough(tokens(train), data.max_length, "training")
     validation_tokens = _short_enough(tokens(validation), data.max_length, "validation")
-    max_size = data.vocabulary_size or None
-    source_vocabulary = Vocabulary.build(train_tokens[0], max_size, data.min_frequency)
-    target_vocabulary = Vocabulary.build(train_tokens[1], max_size, data.min_frequency)
+    kind = parallel_text.vocabulary_class(data.tokenizer)
+    if data.tokenizer == "subword":
+        max_size = data.subword_vocabulary_size
+    else:
+        max_size = data.vocabulary_size or None
+    # Trained on the training split only.
+    source_vocabulary = kind.build(train_tokens[0], max_size, data.min_frequency)
+    target_vocabulary = kind.build(train_tokens[1], max_size, data.min_frequency)
     log.info(
-        "%s: %d / %d / %d pairs (train / validation / test); vocabularies: "
+        "%s: %d / %d / %d pairs (train / validation / test); %s vocabularies: "
         "%d %s, %d %s tokens",
         description, len(train_tokens[0]), len(validation_tokens[0]), len(test),
-        len(source_vocabulary), data.source_lang, len(target_vocabulary),
-        data.target_lang,
+        data.tokenizer, len(source_vocabulary), data.source_lang,
+        len(target_vocabulary), data.target_lang,
     )  # fmt: skip
 
     def dataset(split_tokens, shuffle: bool) -> tf.data.Dataset:

@@ -76,13 +76,13 @@ class TranslationDataConfig(DataConfig):
         0.05,
         help="Share of a single-file corpus held out for validation.",
         above=0.0,
-        below=1.0,
+        below=0.5,
     )
     test_fraction: float = field(
         0.02,
         help="Share of a single-file corpus held out for testing.",
         above=0.0,
-        below=1.0,
+        below=0.5,
     )
     split_seed: int = field(
         0, help="Seed of the split of a single-file corpus.", at_least=0
@@ -104,13 +104,27 @@ class TranslationDataConfig(DataConfig):
     split_punctuation: bool = field(
         True, help="Make punctuation marks tokens of their own."
     )
+    tokenizer: str = field(
+        "subword",
+        help="subword: BPE pieces of the words (SentencePiece, learned on the "
+        "training split), so rare words are spelled out; word: whole words, the "
+        "rarer ones [UNK].",
+        choices=("subword", "word"),
+    )
+    subword_vocabulary_size: int = field(
+        8000,
+        help="subword: pieces per language, special tokens included.",
+        above=4,
+    )
     vocabulary_size: int = field(
         0,
-        help="Most tokens kept per language, special tokens included (0: all).",
+        help="word: most tokens kept per language, special tokens included (0: all).",
         at_least=0,
     )
     min_frequency: int = field(
-        2, help="Tokens seen fewer times in training become [UNK].", at_least=1
+        2,
+        help="word: tokens seen fewer times in training become [UNK].",
+        at_least=1,
     )
     skip_empty_lines: bool = field(
         False, help="Drop pairs with an empty sentence instead of stopping."
@@ -266,6 +280,9 @@ class TranslationRecipe(Recipe):
     ) -> Metrics:
         import sacrebleu
 
+        from rnnkit.data.parallel_text import UNK, count_unknown
+
+        _check_vocabularies(model, data, config)
         validation = teacher_forced_figures(model, data.validation)
         unigram = unigram_figures(
             data.train, data.validation, len(data.target_vocabulary)
@@ -284,7 +301,16 @@ class TranslationRecipe(Recipe):
 
         beam = translate(model, sources, data, config, beam_width=None)
         greedy = translate(model, sources, data, config, beam_width=1)
-        model_row = {**scores(beam), **scores(greedy, "_greedy"), **validation}
+        model_row = {
+            **scores(beam),
+            **scores(greedy, "_greedy"),
+            **validation,
+            "unknown_outputs": float(count_unknown(h.split() for h in beam)),
+        }
+        log.info(
+            "%d of %d beam translations hold the unknown token %s",
+            model_row["unknown_outputs"], len(beam), UNK,
+        )  # fmt: skip
         log.info("sacreBLEU signature: %s", bleu.get_signature())
         log.info("chrF signature:      %s", chrf.get_signature())
         for source, reference, hypothesis in zip(
@@ -305,15 +331,17 @@ class TranslationRecipe(Recipe):
         import numpy as np
         from rnnkit_recipes.translation.data import text_options
 
-        from rnnkit.data.parallel_text import Vocabulary
+        from rnnkit.data.parallel_text import vocabulary_class
         from rnnkit.data.text import read_inputs
 
         sentences = read_inputs(
             inputs, "give a sentence to translate, or a file of sentences"
         )
-        # The vocabularies saved with the model, not those of today's data.
-        source_vocabulary = Vocabulary(model.source_tokens)
-        target_vocabulary = Vocabulary(model.target_tokens)
+        # The vocabularies saved with the model, not those of today's data; a
+        # subword vocabulary's pieces define its tokenizer.
+        kind = vocabulary_class(_saved_tokenizer(model, config))
+        source_vocabulary = kind(model.source_tokens)
+        target_vocabulary = kind(model.target_tokens)
         options = text_options(config)
         n_best = config.evaluation.n_best
         result = search(
@@ -353,14 +381,15 @@ class TranslationRecipe(Recipe):
         if model.attention == "none" or count == 0:
             return
         sentences = [source for source, _ in data.test_pairs[:count]]
-        source_tokens = [_tokens(s, data.text_options) for s in sentences]
+        source_words = [_tokens(s, data.text_options) for s in sentences]
         result = search(
             model,
-            [data.source_vocabulary.encode(tokens) for tokens in source_tokens],
+            [data.source_vocabulary.encode(words) for words in source_words],
             config,
             beam_width=config.evaluation.beam_width,
         )
-        for row, tokens in enumerate(source_tokens):
+        for row, words in enumerate(source_words):
+            tokens = data.source_vocabulary.pieces(words)
             tokens = tokens or [UNK]  # what `search` feeds for an empty sentence
             length = int(result.lengths[row, 0])
             target = [
@@ -410,6 +439,44 @@ def _check(config: TranslationConfig) -> None:
     ):
         if config.get(key) < 0:
             raise ConfigError(f"{key} must be >= 0, got {config.get(key)}")
+
+
+def _saved_tokenizer(model: keras.Model, config: TranslationConfig) -> str:
+    """The tokenizer of the vocabularies in `model`: config.data.tokenizer, except for
+    runs from before subword vocabularies, whose config.toml has no data.tokenizer
+    (and so reads as the default "subword") but whose tokens are words."""
+    from rnnkit.data.parallel_text import SubwordVocabulary
+
+    if config.data.tokenizer == "subword" and not any(
+        token.startswith(SubwordVocabulary.WORD_START) for token in model.target_tokens
+    ):
+        return "word"
+    return config.data.tokenizer
+
+
+def _check_vocabularies(
+    model: keras.Model, data: TranslationData, config: TranslationConfig
+) -> None:
+    """Stops when the data's vocabularies are not those the model was trained with."""
+    from rnnkit.errors import DataError
+
+    if (
+        model.source_tokens is None
+        or model.target_tokens is None
+        or (
+            model.source_tokens == data.source_vocabulary.tokens
+            and model.target_tokens == data.target_vocabulary.tokens
+        )
+    ):
+        return
+    hint = "train on the same training split and data.tokenizer"
+    if _saved_tokenizer(model, config) != config.data.tokenizer:
+        hint = 'this run has word vocabularies: set data.tokenizer = "word" in its '
+        hint += "config.toml"
+    raise DataError(
+        f"the {config.data.tokenizer} vocabularies learned from this data differ "
+        f"from those saved in the model; {hint}"
+    )
 
 
 # -- Decoding ------------------------------------------------------------------------

@@ -185,6 +185,166 @@ class Vocabulary:
                 tokens.append(self.tokens[index])
         return tokens
 
+    def pieces(self, tokens: Sequence[str]) -> list[str]:
+        """The tokens the model reads for `tokens`: the words themselves here."""
+        return list(tokens)
+
+
+class SubwordVocabulary(Vocabulary):
+    """A byte-pair-encoding subword vocabulary (SentencePiece) over the same words.
+
+    Sentences are first split into words by `tokenize` (normalisation, lower-casing
+    and punctuation splitting as for the word level); SentencePiece's BPE model
+    (Sennrich et al. 2016; Kudo and Richardson 2018) then cuts each word into pieces
+    by applying its learned merges, a piece that starts a word marked with "▁"
+    (German "baumwolle" -> "▁baum", "wo", "lle"). Only a character never seen in
+    training is unknown, so rare words, names and compounds are spelled out instead
+    of becoming `[UNK]`. Training is deterministic: the same sentences give the same
+    pieces.
+
+    A BPE model is its pieces in merge order (SentencePiece scores piece i by -i), so
+    the token list stored with the model (`EncoderDecoder.source_tokens`) rebuilds the
+    tokenizer exactly. `encode` takes and `decode` gives words, as for `Vocabulary`,
+    and `detokenize` turns the words into text.
+
+    Args:
+        tokens: every piece in merge order, starting with `SPECIAL_TOKENS`.
+    """
+
+    WORD_START = "\u2581"  # SentencePiece's "▁"
+    _PAD_NAME = "[PAD]"  # SentencePiece needs a name for the empty pad token
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        import sentencepiece
+
+        super().__init__(tokens)
+        if self._PAD_NAME in self._ids:
+            raise ValueError(f"{self._PAD_NAME!r} cannot be an ordinary token")
+        self._processor = sentencepiece.SentencePieceProcessor(
+            model_proto=self._model_proto(self.tokens)
+        )
+
+    @classmethod
+    def _model_proto(cls, tokens: Sequence[str]) -> bytes:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+
+        proto = pb.ModelProto()
+        spec = proto.trainer_spec
+        spec.model_type = pb.TrainerSpec.BPE
+        spec.vocab_size = len(tokens)
+        spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = (
+            PAD_ID, UNK_ID, START_ID, END_ID,
+        )  # fmt: skip
+        spec.pad_piece, spec.unk_piece, spec.bos_piece, spec.eos_piece = (
+            cls._PAD_NAME, *SPECIAL_TOKENS[1:],
+        )  # fmt: skip
+        spec.unk_surface = UNK
+        normalizer = proto.normalizer_spec
+        normalizer.name = "identity"
+        normalizer.add_dummy_prefix = True
+        normalizer.remove_extra_whitespaces = True
+        normalizer.escape_whitespaces = True
+        Piece = pb.ModelProto.SentencePiece
+        for index, token in enumerate(tokens):
+            piece = proto.pieces.add()
+            piece.piece = cls._PAD_NAME if index == PAD_ID else token
+            piece.score = 0.0 if index < len(SPECIAL_TOKENS) else -float(index)
+            piece.type = (
+                Piece.UNKNOWN
+                if index == UNK_ID
+                else Piece.CONTROL
+                if index < len(SPECIAL_TOKENS)
+                else Piece.NORMAL
+            )
+        return proto.SerializeToString()
+
+    @classmethod
+    def build(
+        cls,
+        sentences: Iterable[Sequence[str]],
+        max_size: int | None = 8000,
+        min_frequency: int = 1,
+    ) -> SubwordVocabulary:
+        """Learns BPE pieces (SentencePiece) from tokenised sentences.
+
+        Args:
+            sentences: word lists (the training split only).
+            max_size: pieces in the vocabulary, special tokens included; fewer when
+                the text has fewer distinct pieces.
+            min_frequency: not used (BPE merges stop at `max_size`); accepted so
+                that both vocabularies build alike.
+        """
+        import io
+
+        import sentencepiece
+
+        if max_size is None or max_size <= len(SPECIAL_TOKENS):
+            raise ValueError(
+                f"max_size must be more than {len(SPECIAL_TOKENS)} (the special "
+                f"tokens); received: {max_size}"
+            )
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=(" ".join(sentence) for sentence in sentences),
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=max_size,
+            hard_vocab_limit=False,  # small corpora: as many pieces as there are
+            character_coverage=1.0,
+            normalization_rule_name="identity",  # `tokenize` has normalised
+            split_digits=False,
+            max_sentence_length=1 << 16,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=START_ID,
+            eos_id=END_ID,
+            pad_piece=cls._PAD_NAME,
+            unk_piece=UNK,
+            bos_piece=START,
+            eos_piece=END,
+            num_threads=1,
+            minloglevel=2,
+        )
+        trained = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+        pieces = [trained.id_to_piece(i) for i in range(trained.get_piece_size())]
+        return cls([PAD, *pieces[1:]])
+
+    def encode(
+        self, tokens: Sequence[str], add_start: bool = False, add_end: bool = False
+    ) -> list[int]:
+        """Maps words to piece ids (unseen characters to `UNK_ID`), maybe framed."""
+        ids = self._processor.encode(" ".join(tokens)) if tokens else []
+        return [START_ID] * add_start + ids + [END_ID] * add_end
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Maps piece ids to words, stopping at the end token, dropping pad/start."""
+        kept = []
+        for index in map(int, ids):
+            if index == END_ID:
+                break
+            if index not in (PAD_ID, START_ID):
+                kept.append(index)
+        return self._processor.decode(kept).split()
+
+    def pieces(self, tokens: Sequence[str]) -> list[str]:
+        """The pieces the words are cut into (what the model reads)."""
+        return [self.tokens[i] for i in self.encode(tokens)]
+
+
+def vocabulary_class(tokenizer: str) -> type[Vocabulary]:
+    """`SubwordVocabulary` for "subword", `Vocabulary` for "word"."""
+    classes = {"subword": SubwordVocabulary, "word": Vocabulary}
+    if tokenizer not in classes:
+        raise ValueError(
+            f"tokenizer must be one of {sorted(classes)}; received: {tokenizer!r}"
+        )
+    return classes[tokenizer]
+
+
+def count_unknown(sentences: Iterable[Sequence[str]]) -> int:
+    """How many token lists hold the unknown token, alone or inside a word."""
+    return sum(any(UNK in token for token in sentence) for sentence in sentences)
+
 
 def _read_text(path: Path, data: bytes | None = None) -> list[str]:
     """Lines of a UTF-8 file (gzip when the name ends in .gz), newlines removed."""
@@ -346,28 +506,52 @@ def download(
     return destination
 
 
+def source_key(sentence: str) -> str:
+    """What makes two source sentences the same for splitting: NFKC, spaces, case."""
+    return " ".join(unicodedata.normalize("NFKC", sentence).split()).casefold()
+
+
 def split_pairs(
     pairs: Sequence[tuple[str, str]],
     validation_fraction: float,
     test_fraction: float,
     seed: int,
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
-    """Shuffles pairs reproducibly and splits them into train, validation and test."""
+    """Splits pairs reproducibly into train, validation and test by source sentence.
+
+    Anki/Tatoeba files hold several translations of one source sentence, so a split of
+    the pairs at random would put the same source in training and in testing. Here
+    the distinct source sentences (`source_key`: same text after NFKC, whitespace
+    and case folding) are shuffled with `seed`, and all pairs of one source go to the
+    same split: test first, then validation, each taking whole sources until it
+    holds its fraction of the pairs; training gets the rest. No test or validation
+    source occurs in training.
+    """
     for name, value in (
         ("validation_fraction", validation_fraction),
         ("test_fraction", test_fraction),
     ):
         if not 0.0 < value < 0.5:
             raise ValueError(f"{name} must be in (0, 0.5); received: {value}")
-    order = list(range(len(pairs)))
-    random.Random(seed).shuffle(order)
-    n_test = max(1, round(test_fraction * len(pairs)))
-    n_validation = max(1, round(validation_fraction * len(pairs)))
-    if n_test + n_validation >= len(pairs):
+    groups: dict[str, list[int]] = {}
+    for index, (source, _) in enumerate(pairs):
+        groups.setdefault(source_key(source), []).append(index)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    wanted = [
+        max(1, round(fraction * len(pairs)))
+        for fraction in (test_fraction, validation_fraction)
+    ]
+    parts: list[list[tuple[str, str]]] = [[], [], []]  # test, validation, train
+    part = 0
+    for key in keys:
+        while part < 2 and len(parts[part]) >= wanted[part]:
+            part += 1
+        parts[part].extend(pairs[i] for i in groups[key])
+    test, validation, train = parts
+    if not test or not validation or not train:
         raise DataError(
-            f"{len(pairs)} pairs are too few to split into train, validation and test"
+            f"{len(pairs)} pairs ({len(keys)} distinct source sentences) are too few "
+            "to split into train, validation and test"
         )
-    shuffled = [pairs[i] for i in order]
-    test = shuffled[:n_test]
-    validation = shuffled[n_test : n_test + n_validation]
-    return shuffled[n_test + n_validation :], validation, test
+    return train, validation, test

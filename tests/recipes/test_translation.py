@@ -20,7 +20,13 @@ from rnnkit_recipes.translation.recipe import TranslationConfig, TranslationReci
 from rnnkit import config as config_lib
 from rnnkit import runner
 from rnnkit.cli import main
-from rnnkit.data.parallel_text import read_parallel_files
+from rnnkit.data.parallel_text import (
+    UNK_ID,
+    SubwordVocabulary,
+    TextOptions,
+    read_parallel_files,
+    tokenize,
+)
 from tests.shared_data import require
 from tests.stock_support import ROOT
 
@@ -83,9 +89,31 @@ def test_metrics_put_the_model_beside_the_baselines(smoke_run):
     assert list(table) == ["model", "copy_source", "unigram"]
     assert set(table["model"]) == {
         "bleu", "chrf", "bleu_greedy", "chrf_greedy", "val_token_accuracy",
-        "val_perplexity",
+        "val_perplexity", "unknown_outputs",
     }  # fmt: skip
-    assert all(0.0 <= table["model"][name] <= 100.0 for name in ("bleu", "chrf"))
+    # Subword pieces spell out every word of the training characters: no test
+    # translation holds the unknown token.
+    assert table["model"]["unknown_outputs"] == 0
+    # The table's greedy BLEU is sacreBLEU's score of what the saved model says for
+    # the test sources (decoded again here through `predict`) against the references.
+    import sacrebleu
+
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    recipe = TranslationRecipe()
+    data = recipe.load_data(config)
+    sources = [source for source, _ in data.test_pairs]
+    references = [
+        " ".join(unicodedata.normalize("NFKC", target).split())
+        for _, target in data.test_pairs
+    ]
+    hypotheses = recipe.predict(
+        runner.load_model(run_dir / "model.keras"),
+        sources,
+        config.with_values({"evaluation.beam_width": 1}),
+    )
+    expected = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True)
+    assert table["model"]["bleu_greedy"] == pytest.approx(expected.score, abs=1e-6)
+    assert table["model"]["bleu"] > table["copy_source"]["bleu"]
     # Five epochs on 500 pairs translate badly, but the model already predicts the
     # next token better than the source-blind unigram model does.
     assert table["model"]["val_perplexity"] < table["unigram"]["val_perplexity"]
@@ -128,11 +156,15 @@ def test_reloaded_model_translates_with_greedy_and_beam_search(smoke_run):
         beam_config = config.with_values({"evaluation.beam_width": beam_width})
         lines = recipe.predict(model, sentences, beam_config)
         assert len(lines) == 2
-        vocabulary = set(model.target_tokens)
+        vocabulary = SubwordVocabulary(model.target_tokens)
         for line in lines:
             assert line and "[START]" not in line and "[END]" not in line
+            assert "\u2581" not in line  # pieces are joined into words
             words = re.findall(r"[^\s.,!?]+", line)
-            assert words and all(word in vocabulary for word in words)
+            # Every word is spelled with the target pieces saved in the model.
+            assert words and all(
+                UNK_ID not in vocabulary.encode([word]) for word in words
+            )
 
 
 def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
@@ -147,6 +179,14 @@ def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
+    # The fresh process rebuilt the subword tokenizers from the run directory alone:
+    # it translates exactly as the model and vocabularies of this process do.
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    config = config.with_values({"evaluation.beam_width": 4, "evaluation.n_best": 3})
+    model = runner.load_model(run_dir / "model.keras")
+    assert lines == TranslationRecipe().predict(
+        model, ["Ein Hund rennt.", "Eine Frau liest ein Buch."], config
+    )
     assert lines[0] == "Ein Hund rennt." and lines[4] == "Eine Frau liest ein Buch."
     ranked = [re.match(r"  (\d)\. \[(-\d+\.\d+)\] \S", line) for line in lines[1:4]]
     assert all(ranked), lines
@@ -156,6 +196,39 @@ def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     unknown = invoke("predict", str(run_dir), "--beams", "4", "Hallo")
     assert "no such option: --beams" in error_line(unknown)
     assert "--beam, --n-best" in error_line(unknown)
+
+
+def test_subword_tokenizers_are_trained_on_training_text_and_saved_with_the_model(
+    smoke_run,
+):
+    """The pieces in model.keras rebuild the tokenizers in a fresh process."""
+    run_dir, _ = smoke_run
+    recipe = TranslationRecipe()
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    assert config.data.tokenizer == "subword"
+    # Loading the data again trains the tokenizers again, on the training split only
+    # (one per language): the same pieces as those saved with the model.
+    data = recipe.load_data(config)
+    train = read_parallel_files(
+        MULTI30K.format(split="train", lang="de"),
+        MULTI30K.format(split="train", lang="en"),
+    )[: config.data.limit]
+    options = data.text_options
+    for side, vocabulary in enumerate((data.source_vocabulary, data.target_vocabulary)):
+        expected = SubwordVocabulary.build(
+            [tokenize(pair[side], options) for pair in train],
+            config.data.subword_vocabulary_size,
+            config.data.min_frequency,
+        )
+        assert vocabulary.tokens == expected.tokens
+    # Pieces inside words (no "▁" word-start mark) as well as whole words.
+    assert any(not t.startswith("\u2581") for t in data.source_vocabulary.tokens[4:])
+    model = runner.load_model(run_dir / "model.keras")
+    assert model.source_tokens == data.source_vocabulary.tokens
+    assert model.target_tokens == data.target_vocabulary.tokens
+
+    words = tokenize("Ein Boston Terrier läuft über das Gras.", options)
+    assert data.source_vocabulary.decode(data.source_vocabulary.encode(words)) == words
 
 
 def write_anki_zip(path, lines):
@@ -187,8 +260,8 @@ def test_default_source_downloads_the_anki_zip(tmp_path, monkeypatch):
     assert len(data.test_pairs) == 4  # 2% of 200
     source, target = data.test_pairs[0]
     assert source.startswith("Veo ") and target.startswith("I see ")
-    assert "gatos" in data.source_vocabulary.tokens
-    assert "cats" in data.target_vocabulary.tokens
+    assert data.source_vocabulary.pieces(["gatos"]) == ["\u2581gatos"]
+    assert data.target_vocabulary.pieces(["cats"]) == ["\u2581cats"]
 
 
 def test_offline_default_source_says_how_to_use_local_files(tmp_path, monkeypatch):
@@ -259,3 +332,37 @@ def test_pair_dataset_batches_every_pair_once_with_shifted_targets():
                 seen.append(index)
         assert sorted(seen) == list(range(100))
         assert batches == int(dataset.cardinality())  # the epoch length Keras is told
+
+
+def test_runs_from_before_subword_vocabularies_still_predict_and_evaluate_says_why():
+    """A config.toml without data.tokenizer reads as "subword"; the saved words win."""
+    from rnnkit_recipes.translation.data import TranslationData
+
+    from rnnkit.data.parallel_text import Vocabulary
+    from rnnkit.errors import DataError
+    from rnnkit.models.encoder_decoder import EncoderDecoder
+
+    pairs = read_parallel_files(
+        MULTI30K.format(split="val", lang="de"), MULTI30K.format(split="val", lang="en")
+    )[:50]
+    config = TranslationConfig().with_values({"evaluation.beam_width": 2})
+    assert config.data.tokenizer == "subword"
+    options = TextOptions()
+    source, target = (
+        Vocabulary.build([tokenize(pair[side], options) for pair in pairs])
+        for side in (0, 1)
+    )
+    model = EncoderDecoder(source.tokens, target.tokens, embedding_dim=4, units=4)
+    model.build()
+    recipe = TranslationRecipe()
+    [line] = recipe.predict(model, [pairs[0][0]], config)
+    # Decoded with the word vocabulary: every output token is one of its words.
+    assert set(line.replace(".", " ").split()) <= set(target.tokens)
+    subword = SubwordVocabulary.build([tokenize(t, options) for _, t in pairs], 200)
+    data = TranslationData(
+        train=None, validation=None, test=None, source_vocabulary=subword,
+        target_vocabulary=subword, text_options=options, test_pairs=pairs,
+        source="",
+    )  # fmt: skip
+    with pytest.raises(DataError, match='set data.tokenizer = "word" in its config'):
+        recipe.evaluate(model, data, config)
