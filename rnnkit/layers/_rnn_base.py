@@ -438,7 +438,7 @@ class RecurrentLayer(keras.layers.RNN):
 
         self.execution_path = (
             "per batch in this trace: cudnn: fused kernel for right-padded masks, "
-            f"{generic_path}: left-padded mask otherwise"
+            f"{generic_path}: left-padded mask or fully masked row otherwise"
         )
         return tf.cond(
             _cudnn_mask_ok(mask), same_structure(cudnn), same_structure(generic_loop)
