@@ -40,6 +40,7 @@ __all__ = [
     "compare_models",
     "diagnose_language_model",
     "language_model_gradient_norms",
+    "probe_windows",
     "spectral_norms",
     "state_gradient_norms",
     "train_with_clipping",
