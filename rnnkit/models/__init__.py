@@ -4,4 +4,4 @@ Importing this package registers the custom Keras objects of every model module,
 that `keras.saving.load_model` can rebuild a saved model in safe mode.
 """
 
-from rnnkit.models import encoder_decoder, sequence_classifier
+from rnnkit.models import encoder_decoder, image_captioner, sequence_classifier
