@@ -140,7 +140,7 @@ class CaptioningModelConfig(ModelConfig):
     attention_penalty: float = field(
         1.0,
         help="lambda of the doubly stochastic attention regulariser "
-        "lambda * sum_i (1 - sum_t alpha_ti)^2.",
+        "lambda * sum_i (1 - sum_t alpha_ti)^2 (per token, like the loss).",
         at_least=0.0,
     )
     gating: bool = field(True, help="Scale the context by a learned gate beta_t.")
@@ -163,7 +163,7 @@ class CaptioningEvaluationConfig(EvaluationConfig):
     )
     n_best: int = field(1, help="Captions printed per image by predict.", at_least=1)
     length_penalty: float = field(
-        0.0, help="GNMT length-penalty alpha of beam search (0: none).", at_least=0.0
+        0.6, help="GNMT length-penalty alpha of beam search (0: none).", at_least=0.0
     )
     decode_batch_size: int = field(64, help="Images captioned together.", at_least=1)
     overlays: int = field(

@@ -11,9 +11,9 @@
         p(y_t | y_<t, image) = softmax(W_y o_t)
 
 the model of Show, Attend and Tell (Xu et al. 2015, soft attention). Training adds the
-"doubly stochastic" regulariser lambda * sum_i (1 - sum_t alpha_ti)^2 (their eq. 14),
-which pushes the model to look at every part of the image over the whole caption;
-with `attention="none"` the context is the mean annotation vector at every step (the
+"doubly stochastic" regulariser lambda * sum_i (1 - sum_t alpha_ti)^2 (their eq. 14;
+per token, like the loss), which pushes the model to look at every part of the image
+over the whole caption; with `attention="none"` the context is the mean annotation vector at every step (the
 attention-free decoder of Show and Tell, Vinyals et al. 2015, as an ablation).
 
 The encoder is a `keras.applications` backbone ("mobilenet_v2", "efficientnet_b0",
@@ -440,17 +440,22 @@ class ImageCaptioner(keras.Model):
         return logits, attention, mask
 
     def attention_regularizer(self, weights, mask):
-        """lambda * sum_i (1 - sum_t alpha_ti)^2 (Xu et al. 2015, eq. 14), averaged
-        over captions; only the caption's real tokens count in sum_t.
+        """lambda * sum_c sum_i (1 - sum_t alpha_cti)^2 / (real tokens of the batch).
+
+        Xu et al. (2015, eq. 14) add lambda sum_i (1 - sum_t alpha_ti)^2 to the
+        caption's summed negative log-likelihood; the Keras loss here is the
+        likelihood averaged over tokens, so the regulariser is divided by the same
+        token count, which keeps the paper's balance between the two. Only real
+        (non-padding) tokens count in sum_t.
 
         Args:
             weights: attention weights `(captions, T, L)`.
             mask: `(captions, T)`, true at the real (non-padding) tokens.
         """
-        weights = weights * ops.cast(mask, weights.dtype)[:, :, None]
-        attention_per_location = ops.sum(weights, axis=1)  # (captions, L)
-        penalty = ops.sum(ops.square(1.0 - attention_per_location), axis=-1)
-        return self.attention_penalty * ops.mean(penalty)
+        mask = ops.cast(mask, weights.dtype)
+        attention_per_location = ops.sum(weights * mask[:, :, None], axis=1)  # (c, L)
+        penalty = ops.sum(ops.square(1.0 - attention_per_location))
+        return self.attention_penalty * penalty / ops.maximum(ops.sum(mask), 1.0)
 
     # -- one decoder step, shared by training and inference ---------------------------
 

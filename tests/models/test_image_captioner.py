@@ -54,18 +54,19 @@ def captions(batch, length, seed=2):
 
 def numpy_regularizer(weights, mask, penalty):
     per_location = (weights * mask[:, :, None]).sum(axis=1)  # (captions, L)
-    return penalty * ((1.0 - per_location) ** 2).sum(axis=1).mean()
+    return penalty * ((1.0 - per_location) ** 2).sum() / mask.sum()
 
 
 def test_regularizer_matches_a_hand_computation():
     model = tiny_model()
     # Two captions over L = 2 locations, alpha = 0.5 everywhere. Caption 0 has two
     # real tokens: sum_t alpha = 1 at each location, penalty 0. Caption 1 has three:
-    # sum_t alpha = 1.5, penalty (1 - 1.5)^2 * 2 = 0.5. Mean 0.25, times lambda 2.
+    # sum_t alpha = 1.5, penalty (1 - 1.5)^2 * 2 = 0.5. Over 5 tokens: 0.1, times
+    # lambda 2.
     weights = np.full((2, 3, 2), 0.5, "float32")
     mask = np.array([[True, True, False], [True, True, True]])
     value = model.attention_regularizer(ops.convert_to_tensor(weights), mask)
-    assert float(value) == pytest.approx(0.5, abs=1e-6)
+    assert float(value) == pytest.approx(0.2, abs=1e-6)
 
 
 def test_regularizer_and_its_gradient_match_numpy_on_model_weights():
@@ -79,14 +80,14 @@ def test_regularizer_and_its_gradient_match_numpy_on_model_weights():
     model(inputs)
     assert len(model.losses) == 1
     assert float(model.losses[0]) == pytest.approx(expected, rel=1e-5)
-    # d/d alpha_cti = lambda / C * 2 (sum_t m alpha - 1) m_ct
+    # d/d alpha_cti = lambda / N * 2 (sum_t m alpha - 1) m_ct, N real tokens
     alpha = tf.Variable(weights)
     with tf.GradientTape() as tape:
         value = model.attention_regularizer(alpha, mask)
     gradient = tape.gradient(value, alpha).numpy()
     per_location = (weights * mask[:, :, None]).sum(axis=1)
     expected_gradient = (
-        2.0 / 3 * 2 * (per_location[:, None, :] - 1.0) * mask[:, :, None]
+        2.0 / mask.sum() * 2 * (per_location[:, None, :] - 1.0) * mask[:, :, None]
     )
     np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-5, atol=1e-7)
     # No regulariser without attention or with lambda = 0.
@@ -135,7 +136,7 @@ def test_grouped_captions_share_one_encoding():
 @pytest.mark.parametrize("cell_type", ["lstm", "gru"])
 def test_greedy_search_matches_a_step_by_step_reference(cell_type):
     model = tiny_model(cell_type=cell_type)
-    annotations = features_for(model)
+    annotations = features_for(model, batch=2)
     result = decoding.greedy_search(
         model, annotations, start_id=2, end_id=3, suppress_ids=(0, 2), max_length=6
     )
@@ -159,7 +160,7 @@ def test_greedy_search_matches_a_step_by_step_reference(cell_type):
         generated = tokens[1:]
         assert int(result.lengths[row, 0]) == len(generated)
         assert list(result.tokens[row, 0, : len(generated)]) == generated
-    assert result.attention.shape == (3, 6, model.num_locations)
+    assert result.attention.shape == (2, 6, model.num_locations)
     lengths = result.lengths[:, 0]
     np.testing.assert_allclose(
         result.attention.sum(-1), np.arange(6)[None, :] < lengths[:, None], atol=1e-5
