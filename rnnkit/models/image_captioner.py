@@ -13,8 +13,9 @@
 the model of Show, Attend and Tell (Xu et al. 2015, soft attention). Training adds the
 "doubly stochastic" regulariser lambda * sum_i (1 - sum_t alpha_ti)^2 (their eq. 14;
 per token, like the loss), which pushes the model to look at every part of the image
-over the whole caption; with `attention="none"` the context is the mean annotation vector at every step (the
-attention-free decoder of Show and Tell, Vinyals et al. 2015, as an ablation).
+over the whole caption. With `attention="none"` the context is the mean annotation
+vector at every step (the attention-free decoder of Show and Tell, Vinyals et al.
+2015, as an ablation).
 
 The encoder is a `keras.applications` backbone ("mobilenet_v2", "efficientnet_b0",
 "resnet50") without its top, or "small_cnn", four convolution blocks for training from
