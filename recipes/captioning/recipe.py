@@ -198,6 +198,9 @@ class CaptioningRecipe(Recipe):
         "with Bahdanau attention, beam search, BLEU-1..4"
     )
     Config = CaptioningConfig
+    # The caption likelihood: the loss also holds the attention regulariser, whose
+    # weight the search space varies.
+    objective = "val_crossentropy"
     predict_options: ClassVar[dict[str, str]] = {
         "beam": "evaluation.beam_width",
         "n-best": "evaluation.n_best",
@@ -213,7 +216,7 @@ class CaptioningRecipe(Recipe):
         import keras
         from rnnkit_recipes.captioning.data import PAD_ID, load_encoder_weights
 
-        from rnnkit.models.image_captioner import ImageCaptioner
+        from rnnkit.models.image_captioner import ImageCaptioner, TokenCrossEntropy
 
         _check(config)
         model_config = config.model
@@ -248,6 +251,7 @@ class CaptioningRecipe(Recipe):
             loss=keras.losses.SparseCategoricalCrossentropy(
                 from_logits=True, ignore_class=PAD_ID
             ),
+            metrics=[TokenCrossEntropy(PAD_ID)],
         )
         return model
 

@@ -63,6 +63,45 @@ def _positive_int(name, value):
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
+class TokenCrossEntropy(keras.metrics.Metric):
+    """Mean cross-entropy per real token of next-token logits, padding excluded.
+
+    The caption likelihood without the attention regulariser, which the training
+    loss includes: compare models (and tune the regulariser's weight) on this.
+
+    Args:
+        pad_id: the target id that is not a token. Defaults to 0.
+        name: defaults to "crossentropy" (so Keras Tuner minimises it).
+    """
+
+    def __init__(self, pad_id=0, name="crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.total = self.add_variable((), initializer="zeros", name="total")
+        self.count = self.add_variable((), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        real = ops.not_equal(y_true, self.pad_id)
+        cross_entropy = keras.losses.sparse_categorical_crossentropy(
+            ops.where(real, y_true, 0), ops.cast(y_pred, "float32"), from_logits=True
+        )  # (..., T)
+        real = ops.cast(real, "float32")
+        self.total.assign_add(ops.sum(cross_entropy * real))
+        self.count.assign_add(ops.sum(real))
+
+    def result(self):
+        return self.total / ops.maximum(self.count, 1.0)
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
 class ImagePreprocessing(keras.layers.Layer):
     """Maps 0-255 RGB pixels to what a backbone was trained on.
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras import ops
 
 from rnnkit import decoding
-from rnnkit.models.image_captioner import ImageCaptioner
+from rnnkit.models.image_captioner import ImageCaptioner, TokenCrossEntropy
 
 VOCABULARY = ["", "<unk>", "<start>", "<end>", *(f"w{i}" for i in range(16))]
 FEATURES = np.random.default_rng(0).normal(size=(3, 4, 6)).astype("float32")
@@ -215,6 +215,24 @@ print("reloaded")
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "reloaded" in result.stdout
+
+
+def test_token_cross_entropy_leaves_out_padding_and_the_regulariser():
+    model = tiny_model()
+    inputs = {"features": features_for(model), "caption_in": captions(3, 6)}
+    targets = np.roll(inputs["caption_in"], -1, axis=1)
+    targets[:, -1] = 3
+    targets[inputs["caption_in"] == 0] = 0
+    logits = ops.convert_to_numpy(model(inputs))
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+    expected = -picked[targets != 0].mean()
+    metric = TokenCrossEntropy()
+    metric.update_state(targets[:2], logits[:2])
+    metric.update_state(targets[2:], logits[2:])
+    assert float(metric.result()) == pytest.approx(expected, rel=1e-5)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)
+    assert float(loss(targets, logits)) == pytest.approx(expected, rel=1e-5)
 
 
 def test_argument_errors():
