@@ -206,6 +206,27 @@ def test_imagenet_weights_offline_name_the_way_out(tmp_path, monkeypatch):
         )
 
 
+def test_encoder_weights_come_from_a_local_file(tmp_path):
+    from rnnkit.models.image_captioner import image_encoder
+
+    keras.utils.set_random_seed(11)
+    trained = image_encoder("small_cnn", 32, 2)
+    trained.save_weights(tmp_path / "encoder.weights.h5")
+    fresh = image_encoder("small_cnn", 32, 2)
+    caption_data.load_encoder_weights(
+        fresh, "small_cnn", str(tmp_path / "encoder.weights.h5")
+    )
+    for loaded, saved in zip(fresh.get_weights(), trained.get_weights(), strict=True):
+        np.testing.assert_array_equal(loaded, saved)
+    with pytest.raises(ConfigError, match="no file"):
+        caption_data.load_encoder_weights(fresh, "small_cnn", str(tmp_path / "x.h5"))
+    wider = image_encoder("small_cnn", 32, 4)
+    with pytest.raises(ConfigError, match="does not fit model.encoder=small_cnn"):
+        caption_data.load_encoder_weights(
+            wider, "small_cnn", str(tmp_path / "encoder.weights.h5")
+        )
+
+
 def test_frozen_encoder_features_are_cached_per_image(tmp_path):
     folder = write_flickr_folder(
         tmp_path / "flickr", counts=(6, 3, 3), missing=(0, 0, 0)
