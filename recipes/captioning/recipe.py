@@ -117,6 +117,13 @@ class CaptioningModelConfig(ModelConfig):
         False,
         help="Train the encoder with the decoder (false: frozen, features cached).",
     )
+    encoder_learning_rate: float = field(
+        0.1,
+        help="A trainable encoder's learning rate as a share of train.learning_rate "
+        "(1 for an encoder trained from scratch).",
+        above=0.0,
+        at_most=1.0,
+    )
     image_size: int = field(
         224, help="Images are resized to this many pixels square.", at_least=32
     )
@@ -216,7 +223,11 @@ class CaptioningRecipe(Recipe):
         import keras
         from rnnkit_recipes.captioning.data import PAD_ID, load_encoder_weights
 
-        from rnnkit.models.image_captioner import ImageCaptioner, TokenCrossEntropy
+        from rnnkit.models.image_captioner import (
+            EncoderScaledAdam,
+            ImageCaptioner,
+            TokenCrossEntropy,
+        )
 
         _check(config)
         model_config = config.model
@@ -244,10 +255,14 @@ class CaptioningRecipe(Recipe):
             load_encoder_weights(
                 model.encoder, model_config.encoder, model_config.encoder_weights
             )
+        optimizer = EncoderScaledAdam(
+            encoder_rate=model_config.encoder_learning_rate,
+            learning_rate=config.train.learning_rate,
+            clipnorm=config.train.clipnorm or None,
+        )
+        optimizer.scale_variables(model.encoder.trainable_variables)
         model.compile(
-            optimizer=keras.optimizers.Adam(
-                config.train.learning_rate, clipnorm=config.train.clipnorm or None
-            ),
+            optimizer=optimizer,
             loss=keras.losses.SparseCategoricalCrossentropy(
                 from_logits=True, ignore_class=PAD_ID
             ),

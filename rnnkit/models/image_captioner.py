@@ -63,6 +63,46 @@ def _positive_int(name, value):
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
+class EncoderScaledAdam(keras.optimizers.Adam):
+    """Adam whose steps for the encoder's weights are `encoder_rate` times smaller.
+
+    Fine-tuning a pretrained backbone beside a decoder trained from scratch wants a
+    smaller step for the backbone. Keras optimizers have one learning rate, so this
+    one scales it per variable: call
+    `scale_variables(model.encoder.trainable_variables)` once before training.
+    (Adam's update does not depend on the gradient's scale, so scaling gradients
+    would not do it.)
+
+    Args:
+        encoder_rate: factor of the learning rate for the registered variables.
+            Defaults to 0.1.
+        **kwargs: the arguments of `keras.optimizers.Adam`.
+    """
+
+    def __init__(self, encoder_rate=0.1, **kwargs):
+        if not isinstance(encoder_rate, (int, float)) or encoder_rate <= 0:
+            raise ValueError(
+                "Argument `encoder_rate` must be a number > 0, received "
+                f"encoder_rate={encoder_rate!r}."
+            )
+        super().__init__(**kwargs)
+        self.encoder_rate = float(encoder_rate)
+        self._scaled_keys = set()
+
+    def scale_variables(self, variables):
+        """Registers the variables whose steps are scaled by `encoder_rate`."""
+        self._scaled_keys.update(self._var_key(variable) for variable in variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self._var_key(variable) in self._scaled_keys:
+            learning_rate = learning_rate * self.encoder_rate
+        super().update_step(gradient, variable, learning_rate)
+
+    def get_config(self):
+        return {**super().get_config(), "encoder_rate": self.encoder_rate}
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
 class TokenCrossEntropy(keras.metrics.Metric):
     """Mean cross-entropy per real token of next-token logits, padding excluded.
 

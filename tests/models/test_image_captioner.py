@@ -14,7 +14,11 @@ import tensorflow as tf
 from keras import ops
 
 from rnnkit import decoding
-from rnnkit.models.image_captioner import ImageCaptioner, TokenCrossEntropy
+from rnnkit.models.image_captioner import (
+    EncoderScaledAdam,
+    ImageCaptioner,
+    TokenCrossEntropy,
+)
 
 VOCABULARY = ["", "<unk>", "<start>", "<end>", *(f"w{i}" for i in range(16))]
 FEATURES = np.random.default_rng(0).normal(size=(3, 4, 6)).astype("float32")
@@ -233,6 +237,25 @@ def test_token_cross_entropy_leaves_out_padding_and_the_regulariser():
     assert float(metric.result()) == pytest.approx(expected, rel=1e-5)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0)
     assert float(loss(targets, logits)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_encoder_scaled_adam_takes_smaller_steps_for_the_encoder():
+    """Adam's first step is learning_rate * sign(gradient) (|m / sqrt(v)| = 1)."""
+    encoder_weight, decoder_weight = (
+        keras.Variable(np.ones(3)),
+        keras.Variable(np.ones(3)),
+    )
+    optimizer = EncoderScaledAdam(encoder_rate=0.1, learning_rate=0.01, epsilon=1e-12)
+    optimizer.scale_variables([encoder_weight])
+    gradient = np.array([0.5, -2.0, 3.0])
+    optimizer.apply_gradients([(gradient, encoder_weight), (gradient, decoder_weight)])
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(decoder_weight), 1 - 0.01 * np.sign(gradient), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(encoder_weight), 1 - 0.001 * np.sign(gradient), rtol=1e-6
+    )
+    assert EncoderScaledAdam.from_config(optimizer.get_config()).encoder_rate == 0.1
 
 
 def test_argument_errors():
