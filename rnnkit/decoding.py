@@ -263,7 +263,11 @@ def _length_limits(source_ids, settings: _Settings):
     """Per-sentence token limits `(batch,)` and the buffer length (their bound)."""
     if settings.max_length is not None:
         limits = ops.full((ops.shape(source_ids)[0],), settings.max_length, "int32")
-        return limits, settings.max_length, None
+        # The attention length of a model without `attention_length`: its tokens.
+        source_length = source_ids.shape[1] if len(source_ids.shape) > 1 else None
+        if source_length is None and len(source_ids.shape) > 1:
+            source_length = ops.shape(source_ids)[1]
+        return limits, settings.max_length, source_length
     is_token = ops.cast(ops.not_equal(source_ids, settings.pad_id), "float32")
     source_lengths = ops.sum(is_token, axis=1)  # (batch,)
     limits = ops.cast(ops.ceil(settings.max_length_ratio * source_lengths), "int32")
