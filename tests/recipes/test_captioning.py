@@ -60,11 +60,15 @@ class Messages:
         self.messages = []
         self.handler = logging.Handler()
         self.handler.emit = lambda record: self.messages.append(record.getMessage())
-        logging.getLogger("rnnkit").addHandler(self.handler)
+        self.logger = logging.getLogger("rnnkit")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self.handler)
         return self.messages
 
     def __exit__(self, *_):
-        logging.getLogger("rnnkit").removeHandler(self.handler)
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)
 
 
 def real_images(count: int, split_file: str) -> list[str]:
