@@ -297,6 +297,31 @@ def test_coco_captions_json_is_read_and_split(tmp_path):
     sizes = [len(data.splits[s].names) for s in ("train", "validation", "test")]
     assert sizes == [16, 2, 2]
     assert sorted(n for s in data.splits.values() for n in s.names) == names
+    # One file per split, named through {split}.
+    by_split = {"tr": names[:12], "va": names[12:16], "te": names[16:]}
+    for split, split_names in by_split.items():
+        kept = [i for i, name in enumerate(names) if name in split_names]
+        part = {
+            "images": [document["images"][i] for i in kept],
+            "annotations": [
+                a for a in document["annotations"] if a["image_id"] in kept
+            ],
+        }
+        (tmp_path / f"captions_{split}.json").write_text(json.dumps(part))
+    per_split = CaptioningRecipe().load_data(
+        config.with_values(
+            {
+                "data.path": str(tmp_path / "captions_{split}.json"),
+                "data.train_split": "tr",
+                "data.validation_split": "va",
+                "data.test_split": "te",
+            }
+        )
+    )
+    for split, expected in zip(
+        ("train", "validation", "test"), by_split.values(), strict=True
+    ):
+        assert per_split.splits[split].names == expected
     (tmp_path / "bad.json").write_text(json.dumps({"images": []}))
     with pytest.raises(DataError, match="not a COCO captions file"):
         CaptioningRecipe().load_data(
