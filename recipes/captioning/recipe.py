@@ -14,7 +14,6 @@ methods, because `rnnkit list` imports every recipe module to read its summary.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -221,7 +220,8 @@ class CaptioningRecipe(Recipe):
 
     def build_model(self, config: CaptioningConfig, data: CaptionData) -> keras.Model:
         import keras
-        from rnnkit_recipes.captioning.data import PAD_ID, load_encoder_weights
+        from rnnkit_recipes.captioning.data import PAD_ID
+        from rnnkit_recipes.captioning.features import load_encoder_weights
 
         from rnnkit.models.image_captioner import (
             EncoderScaledAdam,
@@ -291,6 +291,13 @@ class CaptioningRecipe(Recipe):
     def evaluate(
         self, model: keras.Model, data: CaptionData, config: CaptioningConfig
     ) -> Metrics:
+        from rnnkit_recipes.captioning.scores import (
+            bleu_scores,
+            consensus_index,
+            nearest_neighbours,
+            pooled_features,
+        )
+
         test = data.splits["test"]
         references = [[" ".join(c) for c in per_image] for per_image in test.captions]
         beam = caption_texts(model, test.inputs, config, config.evaluation.beam_width)
@@ -501,103 +508,3 @@ def image_paths(inputs: Sequence[str]) -> list[Path]:
     if not paths:
         raise DataError("give an image file (or a folder of images) to caption")
     return paths
-
-
-# -- Scores and baselines ------------------------------------------------------------
-
-
-def bleu_scores(
-    hypotheses: list[str], references: list[list[str]], suffix: str = ""
-) -> dict[str, float]:
-    """sacreBLEU corpus BLEU-1..4 against all references of each image.
-
-    Images with fewer references repeat theirs, which changes no BLEU statistic
-    (n-gram counts are clipped by the maximum over references; the closest
-    reference length is the same).
-    """
-    import sacrebleu
-
-    most = max(len(refs) for refs in references)
-    streams = [[refs[k % len(refs)] for refs in references] for k in range(most)]
-    return {
-        f"bleu{n}{suffix}": sacrebleu.metrics.BLEU(max_ngram_order=n)
-        .corpus_score(hypotheses, streams)
-        .score
-        for n in (1, 2, 3, 4)
-    }
-
-
-def consensus_index(captions: list[list[str]]) -> int:
-    """The caption with the highest corpus BLEU-4 against all the others.
-
-    For caption c the corpus is c repeated once per other caption r_j, each with r_j
-    as its only reference, as `sacrebleu.corpus_bleu([c] * M, [others])` computes it;
-    here its n-gram statistics come from counts over all captions at once (linear
-    time), and sacreBLEU turns them into the score.
-    """
-    import sacrebleu
-
-    ngram_histograms: dict[tuple[str, ...], collections.Counter] = (
-        collections.defaultdict(collections.Counter)
-    )
-    counted = []
-    for caption in captions:
-        counts = _ngram_counts(caption)
-        counted.append(counts)
-        for gram, count in counts.items():
-            ngram_histograms[gram][count] += 1
-    total_length = sum(len(c) for c in captions)
-    others = len(captions) - 1
-    best, best_score = 0, -1.0
-    for index, (caption, counts) in enumerate(zip(captions, counted, strict=True)):
-        correct = [0, 0, 0, 0]
-        for gram, count in counts.items():
-            clipped = sum(
-                min(count, other) * number
-                for other, number in ngram_histograms[gram].items()
-            )
-            correct[len(gram) - 1] += clipped - count  # less the caption itself
-        total = [others * max(0, len(caption) - n + 1) for n in (1, 2, 3, 4)]
-        score = sacrebleu.metrics.BLEU.compute_bleu(
-            correct,
-            total,
-            others * len(caption),
-            total_length - len(caption),
-            smooth_method="exp",
-        ).score
-        if score > best_score:
-            best, best_score = index, score
-    return best
-
-
-def _ngram_counts(words: list[str]) -> collections.Counter:
-    return collections.Counter(
-        tuple(words[i : i + n]) for n in (1, 2, 3, 4) for i in range(len(words) - n + 1)
-    )
-
-
-def pooled_features(
-    model: keras.Model, inputs: np.ndarray, config: CaptioningConfig
-) -> np.ndarray:
-    """Mean annotation vector `(n, D)` of each image (or of its cached features)."""
-    import numpy as np
-    from keras import ops
-
-    pooled = []
-    for start in range(0, len(inputs), config.evaluation.decode_batch_size):
-        batch = np.asarray(
-            inputs[start : start + config.evaluation.decode_batch_size], "float32"
-        )
-        memory = model.encode(batch, training=False)
-        pooled.append(ops.convert_to_numpy(memory["mean"]))
-    return np.concatenate(pooled)
-
-
-def nearest_neighbours(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Index of the most cosine-similar key of every query."""
-    import numpy as np
-
-    def normalised(x):
-        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-    return np.argmax(normalised(queries) @ normalised(keys).T, axis=1)

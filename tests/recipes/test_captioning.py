@@ -19,11 +19,9 @@ import pytest
 import sacrebleu
 from click.testing import CliRunner
 from rnnkit_recipes.captioning import data as caption_data
-from rnnkit_recipes.captioning.recipe import (
-    CaptioningConfig,
-    CaptioningRecipe,
-    consensus_index,
-)
+from rnnkit_recipes.captioning import features as caption_features
+from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
+from rnnkit_recipes.captioning.scores import consensus_index
 
 from rnnkit import config as config_lib
 from rnnkit.cli import main
@@ -217,16 +215,18 @@ def test_encoder_weights_come_from_a_local_file(tmp_path):
     trained = image_encoder("small_cnn", 32, 2)
     trained.save_weights(tmp_path / "encoder.weights.h5")
     fresh = image_encoder("small_cnn", 32, 2)
-    caption_data.load_encoder_weights(
+    caption_features.load_encoder_weights(
         fresh, "small_cnn", str(tmp_path / "encoder.weights.h5")
     )
     for loaded, saved in zip(fresh.get_weights(), trained.get_weights(), strict=True):
         np.testing.assert_array_equal(loaded, saved)
     with pytest.raises(ConfigError, match="no file"):
-        caption_data.load_encoder_weights(fresh, "small_cnn", str(tmp_path / "x.h5"))
+        caption_features.load_encoder_weights(
+            fresh, "small_cnn", str(tmp_path / "x.h5")
+        )
     wider = image_encoder("small_cnn", 32, 4)
     with pytest.raises(ConfigError, match="does not fit model.encoder=small_cnn"):
-        caption_data.load_encoder_weights(
+        caption_features.load_encoder_weights(
             wider, "small_cnn", str(tmp_path / "encoder.weights.h5")
         )
 
@@ -257,7 +257,7 @@ def test_frozen_encoder_features_are_cached_per_image(tmp_path):
     assert train.shape == (6, 16, 64)  # 4x4 positions of 8 * 8 filters
     np.testing.assert_array_equal(train, second.splits["train"].inputs)
     # The cached vectors are the encoder's own output (stored as float16).
-    encoder = caption_data.build_encoder(config)
+    encoder = caption_features.build_encoder(config)
     encoder.set_weights(first.encoder_weights)
     pixels = caption_data.decode_images(
         caption_data.ImageSource(folder / "Images").read,
