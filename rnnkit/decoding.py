@@ -10,6 +10,12 @@ Both searches drive any model that offers three methods (as
   one decoder step for the previous tokens `(batch,)`, giving next-token logits
   `(batch, vocabulary)`, the new state and attention weights `(batch, source_length)`.
 
+A model whose attention does not run over the source tokens (an image captioner attends
+over the positions of a feature map) also offers `attention_length(memory) -> int`, the
+number of positions its weights cover. Such a source need not be token ids: with
+`max_length` set, the source is any batch-major numeric array (images, image features)
+and every hypothesis stops after `max_length` tokens.
+
 The time loop is a `keras.ops.while_loop` whose tensors keep their shapes from step to
 step (outputs are written into preallocated buffers), and the whole search is compiled
 once per model and setting: a `tf.function` traced once for every input shape on the
@@ -18,10 +24,11 @@ decoding step.
 
 A hypothesis stops at the end token or at its length limit,
 `ceil(max_length_ratio * source_length) + max_length_offset` tokens (the end token
-included), whichever comes first. Beam search ranks hypotheses by the GNMT score
-(Wu et al. 2016): log P(Y | X) / lp(Y) with lp(Y) = ((5 + |Y|) / 6) ** alpha, where
-|Y| counts the generated tokens including the end token. Finished hypotheses stay in
-the beam with a frozen score, so beam width 1 is exactly greedy search.
+included), or `max_length` tokens when that is given, whichever comes first. Beam
+search ranks hypotheses by the GNMT score (Wu et al. 2016): log P(Y | X) / lp(Y) with
+lp(Y) = ((5 + |Y|) / 6) ** alpha, where |Y| counts the generated tokens including the
+end token. Finished hypotheses stay in the beam with a frozen score, so beam width 1
+is exactly greedy search.
 
 Sampling (`sampling_probabilities`, `sample_next`, `sample_sequence`) draws the next
 token from the softmax of the logits divided by a temperature, restricted to the `top_k`
@@ -87,6 +94,7 @@ def greedy_search(
     max_length_ratio: float = 1.5,
     max_length_offset: int = 10,
     length_penalty_alpha: float = 0.0,
+    max_length: int | None = None,
 ) -> SearchResult:
     """Picks the most probable next token at every step.
 
@@ -102,6 +110,9 @@ def greedy_search(
         max_length_offset: see `max_length_ratio`.
         length_penalty_alpha: alpha of the GNMT length penalty, used only for the
             returned `scores`.
+        max_length: if given, every hypothesis stops after this many tokens instead
+            (the length ratio and offset are not used), and `source_ids` may be any
+            batch-major numeric array, e.g. images or image features.
 
     Returns:
         A `SearchResult` with `n_best = 1`.
@@ -116,6 +127,7 @@ def greedy_search(
         float(length_penalty_alpha),
         beam_width=1,
         n_best=1,
+        max_length=max_length,
     )
     return _run(model, source_ids, settings, greedy=True)
 
@@ -133,6 +145,7 @@ def beam_search(
     suppress_ids: Sequence[int] = (),
     max_length_ratio: float = 1.5,
     max_length_offset: int = 10,
+    max_length: int | None = None,
 ) -> SearchResult:
     """Keeps the `beam_width` best-scoring hypotheses of every sentence at each step.
 
@@ -141,7 +154,7 @@ def beam_search(
 
     Args:
         model, source_ids, start_id, end_id, pad_id, suppress_ids, max_length_ratio,
-            max_length_offset: as for `greedy_search`.
+            max_length_offset, max_length: as for `greedy_search`.
         beam_width: hypotheses kept per sentence (1 gives greedy search).
         n_best: how many of the final hypotheses to return, best first.
         length_penalty_alpha: alpha of the GNMT length penalty (0 ranks by log
@@ -173,6 +186,7 @@ def beam_search(
         float(length_penalty_alpha),
         beam_width,
         n_best,
+        max_length,
     )
     return _run(model, source_ids, settings, greedy=False)
 
@@ -188,6 +202,7 @@ class _Settings:
     alpha: float
     beam_width: int
     n_best: int
+    max_length: int | None = None
 
 
 def _run(model, source_ids, settings: _Settings, greedy: bool) -> SearchResult:
@@ -197,30 +212,52 @@ def _run(model, source_ids, settings: _Settings, greedy: bool) -> SearchResult:
             f"{settings.max_length_ratio} and {settings.max_length_offset}"
         )
     source_ids = np.asarray(source_ids)
-    if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
+    if settings.max_length is not None:
+        if not isinstance(settings.max_length, int) or settings.max_length < 1:
+            raise ValueError(
+                f"max_length must be a positive integer; received {settings.max_length}"
+            )
+        if source_ids.ndim < 1 or not np.issubdtype(source_ids.dtype, np.number):
+            raise ValueError(
+                "the source must be a batch-major numeric array; received shape "
+                f"{source_ids.shape} of {source_ids.dtype}"
+            )
+        dtype = "int32" if np.issubdtype(source_ids.dtype, np.integer) else "float32"
+    elif source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(
             "source_ids must be a 2-D integer array (batch, source_length); "
             f"received shape {source_ids.shape} of {source_ids.dtype}"
         )
+    else:
+        dtype = "int32"
+    source_ids = source_ids.astype(dtype)
     cache = _compiled_searches.setdefault(model, {})
-    key = (settings, greedy)
+    # Token ids of any length share one trace; other sources trace once per shape.
+    source_shape = None if settings.max_length is None else source_ids.shape[1:]
+    key = (settings, greedy, source_shape, dtype)
     if key not in cache:
         search = _greedy if greedy else _beam
         # A weak reference, so that the cache does not keep the model alive.
         model_ref = weakref.ref(model)
-        cache[key] = _compile(lambda ids: search(model_ref(), ids, settings))
-    outputs = cache[key](ops.convert_to_tensor(source_ids.astype("int32")))
+        cache[key] = _compile(
+            lambda ids: search(model_ref(), ids, settings), source_ids, settings
+        )
+    outputs = cache[key](ops.convert_to_tensor(source_ids))
     return SearchResult(**{k: ops.convert_to_numpy(v) for k, v in outputs.items()})
 
 
-def _compile(function: Callable) -> Callable:
+def _compile(function: Callable, source: np.ndarray, settings: _Settings) -> Callable:
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
 
         # One trace for every batch size and source length: the loop's buffers take
-        # their sizes from the input at run time.
-        signature = [tf.TensorSpec([None, None], tf.int32)]
+        # their sizes from the input at run time. Other sources (images, features)
+        # keep their shape past the batch axis.
+        shape = (
+            [None, None] if settings.max_length is None else [None, *source.shape[1:]]
+        )
+        signature = [tf.TensorSpec(shape, source.dtype)]
         return tf.function(function, input_signature=signature)
     if backend == "jax":
         import jax
@@ -231,6 +268,13 @@ def _compile(function: Callable) -> Callable:
 
 def _length_limits(source_ids, settings: _Settings):
     """Per-sentence token limits `(batch,)` and the buffer length (their bound)."""
+    if settings.max_length is not None:
+        limits = ops.full((ops.shape(source_ids)[0],), settings.max_length, "int32")
+        # The attention length of a model without `attention_length`: its tokens.
+        source_length = source_ids.shape[1] if len(source_ids.shape) > 1 else None
+        if source_length is None and len(source_ids.shape) > 1:
+            source_length = ops.shape(source_ids)[1]
+        return limits, settings.max_length, source_length
     is_token = ops.cast(ops.not_equal(source_ids, settings.pad_id), "float32")
     source_lengths = ops.sum(is_token, axis=1)  # (batch,)
     limits = ops.cast(ops.ceil(settings.max_length_ratio * source_lengths), "int32")
@@ -246,6 +290,13 @@ def _length_limits(source_ids, settings: _Settings):
         + 1
     )
     return ops.minimum(limits, max_steps), max_steps, source_length
+
+
+def _attention_length(model, memory, source_length):
+    """Positions the attention weights cover: the model's own count, or the source's."""
+    if hasattr(model, "attention_length"):
+        return model.attention_length(memory)
+    return source_length
 
 
 def _next_token_log_probs(model, tokens, state, memory, settings: _Settings):
@@ -268,6 +319,7 @@ def _greedy(model, source_ids, settings: _Settings):
     batch_size = ops.shape(source_ids)[0]
     limits, max_steps, source_length = _length_limits(source_ids, settings)
     memory = model.encode(source_ids, training=False)
+    source_length = _attention_length(model, memory, source_length)
     state = model.initial_decoder_state(memory)
 
     def step(t, tokens, state, finished, log_prob, lengths, sequence, attention):
@@ -322,6 +374,7 @@ def _beam(model, source_ids, settings: _Settings):
     batch_size = ops.shape(source_ids)[0]
     limits, max_steps, source_length = _length_limits(source_ids, settings)
     memory = model.encode(source_ids, training=False)
+    source_length = _attention_length(model, memory, source_length)
     # Every sentence's memory repeated beam_width times: row b * beam_width + k.
     memory = tree.map_structure(lambda x: ops.repeat(x, beam_width, axis=0), memory)
     state = model.initial_decoder_state(memory)

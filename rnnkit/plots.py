@@ -160,3 +160,54 @@ def attention_heatmap(
     if title:
         axis.set_title(title)
     return save_figure(figure, path, tight=False)
+
+
+def attention_overlay(
+    image: np.ndarray,
+    weights: np.ndarray,
+    words: Sequence[str],
+    path: str | Path,
+    title: str = "",
+    references: Sequence[str] = (),
+) -> Path:
+    """An image with one attention map per generated word laid over it.
+
+    `image` is (height, width, 3) uint8 pixels; `weights` is (len(words), h, w), the
+    attention weights of each word over the encoder's h x w feature map, upsampled
+    (bilinear) to the image. The generated caption and the `references` are written
+    under the panels.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim != 3 or weights.shape[0] != len(words):
+        raise ValueError(
+            "`weights` must be (len(words), h, w), one map per word. Received: shape "
+            f"{weights.shape} for {len(words)} words"
+        )
+    columns = min(5, len(words) + 1)
+    rows = -(-(len(words) + 1) // columns)
+    text_height = 0.4 * (len(references) + 1)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(2.6 * columns, 2.6 * rows + text_height), squeeze=False
+    )
+    height, width = image.shape[:2]
+    panels = axes.ravel()
+    panels[0].imshow(image)
+    panels[0].set_title("image", fontsize=9)
+    for panel, word, attention in zip(panels[1:], words, weights, strict=False):
+        panel.imshow(image)
+        panel.imshow(
+            attention,
+            cmap="gray",
+            alpha=0.6,
+            extent=(0, width, height, 0),
+            interpolation="bilinear",
+        )
+        panel.set_title(word, fontsize=9)
+    for panel in panels:
+        panel.axis("off")
+    text = "generated: " + " ".join(words)
+    text += "".join(f"\nreference: {reference}" for reference in references)
+    figure.text(0.01, 0.0, text, fontsize=8, va="top", ha="left")
+    if title:
+        figure.suptitle(title, fontsize=10)
+    return save_figure(figure, path)

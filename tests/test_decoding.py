@@ -188,3 +188,22 @@ def test_argument_errors():
         decoding.beam_search(model, SOURCE, beam_width=2, n_best=3, **search_kwargs())
     with pytest.raises(ValueError, match="source_ids"):
         decoding.greedy_search(model, SOURCE[0], **search_kwargs())
+
+
+def test_max_length_replaces_the_source_length_limit():
+    """With max_length every hypothesis stops there, whatever the source's length;
+    the search equals the one whose ratio/offset limit gives the same length."""
+    model = tiny_model()
+    common = dict(start_id=START, end_id=END, suppress_ids=(PAD, START, END))
+    fixed = decoding.beam_search(model, SOURCE, beam_width=2, max_length=3, **common)
+    assert fixed.tokens.shape == (3, 1, 3)
+    np.testing.assert_array_equal(fixed.lengths, 3)  # END suppressed: cut at 3
+    same = decoding.beam_search(
+        model, SOURCE, beam_width=2, max_length_ratio=0.0, max_length_offset=3, **common
+    )
+    np.testing.assert_array_equal(same.tokens[:, :, :3], fixed.tokens)
+    np.testing.assert_allclose(same.scores, fixed.scores, rtol=1e-6)
+    with pytest.raises(ValueError, match="max_length"):
+        decoding.greedy_search(model, SOURCE, max_length=0, **common)
+    with pytest.raises(ValueError, match="numeric"):
+        decoding.greedy_search(model, np.array([["a"]]), max_length=2, **common)

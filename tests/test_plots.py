@@ -43,3 +43,25 @@ def test_attention_heatmap_rejects_weights_that_do_not_fit_the_tokens(tmp_path):
             np.ones((3, 2)), ["a", "b", "c"], ["x", "y"], tmp_path / "bad.png"
         )
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_attention_overlay_draws_one_panel_per_word(tmp_path):
+    image = np.zeros((48, 64, 3), np.uint8)
+    image[:, 32:] = 255  # right half white
+    weights = np.zeros((3, 2, 2))
+    weights[:, 0, 1] = 1.0  # every word looks at the top-right cell
+    short = plots.attention_overlay(
+        image, weights[:2], ["a", "dog"], tmp_path / "short.png",
+        title="example", references=["a dog runs", "a brown dog"],
+    )  # fmt: skip
+    words = ["a", "dog", "runs", "on", "the", "grass"]
+    many = plots.attention_overlay(
+        image, np.repeat(weights[:1], 6, axis=0), words, tmp_path / "long.png"
+    )
+    assert short == tmp_path / "short.png"
+    short_width, short_height = png_size(short)
+    long_width, long_height = png_size(many)
+    # 1 + 2 panels fit one row; 1 + 6 panels take a second row of five columns.
+    assert long_height > short_height and long_width > short_width
+    with pytest.raises(ValueError, match="one map per word"):
+        plots.attention_overlay(image, weights, ["a", "dog"], tmp_path / "bad.png")

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,16 @@ def prepare(command: str, workdir: Path) -> None:
     if "all_stocks_5yr.csv" in command:
         require(SP500_FILE)
         write_sp500_slice(workdir / "all_stocks_5yr.csv")
+    if "photo.jpg" in command and not (workdir / "photo.jpg").exists():
+        from tests.recipes.test_captioning import IMAGE_ZIP, real_images
+
+        if not IMAGE_ZIP.is_file():
+            pytest.skip(f"{IMAGE_ZIP} is not available")
+        with zipfile.ZipFile(IMAGE_ZIP) as archive:
+            (name,) = real_images(1, "Flickr_8k.testImages.txt")
+            (workdir / "photo.jpg").write_bytes(
+                archive.read(f"flickr8k_images_256/{name}")
+            )
     resume = re.search(r"--resume (\S+)", command)
     if resume and not (workdir / resume.group(1)).exists():
         from rnnkit_recipes.stock.recipe import StockRecipe

@@ -4,4 +4,9 @@ Importing this package registers the custom Keras objects of every model module,
 that `keras.saving.load_model` can rebuild a saved model in safe mode.
 """
 
-from rnnkit.models import encoder_decoder, language_model, sequence_classifier
+from rnnkit.models import (
+    encoder_decoder,
+    image_captioner,
+    language_model,
+    sequence_classifier,
+)

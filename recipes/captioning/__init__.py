@@ -1,0 +1,1 @@
+"""The captioning recipe: `rnnkit run captioning` (see README.md in this folder)."""

@@ -1,0 +1,505 @@
+"""Data of the captioning recipe: images and captions -> arrays -> `tf.data` batches.
+
+Sources (`data.format`):
+
+- "flickr8k": a folder with `Flickr8k.token.txt` (or `.gz`; lines
+  `name.jpg#k<TAB>caption`), the split lists `Flickr_8k.{train,dev,test}Images.txt`
+  and the images, as a folder of JPEGs or a zip (found in the folder, or named by
+  `data.images`). Without `data.path` the original Flickr8k is downloaded once.
+- "coco": a COCO-style captions JSON (`images` with `id`/`file_name`, `annotations`
+  with `image_id`/`caption`) and an image folder or zip (`data.images`, default: the
+  JSON's folder). With `{split}` in `data.path` (and `data.images`), one file per split
+  (`data.train_split`, ...); otherwise one file, split reproducibly by fractions.
+
+Images named by a split but absent from the image source are counted and reported once
+per split, then skipped; an image that cannot be decoded is reported by name and
+skipped. Images are decoded with Pillow in a thread pool and resized (squashed) to
+`model.image_size` squares. Captions are lower-cased and tokenised into words; the
+vocabulary (words seen `data.min_frequency` times in training, `<unk>` for the rest) is
+built from the training captions. With a frozen encoder the annotation vectors of every
+image are computed once and cached on disk per (encoder, image size, encoder weights,
+image), so later runs and tuning trials skip the CNN.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import gzip
+import io
+import json
+import logging
+import random
+import re
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rnnkit.errors import ConfigError, DataError
+from rnnkit.recipe import RecipeData
+
+if TYPE_CHECKING:
+    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+
+log = logging.getLogger("rnnkit")
+
+PAD, UNK, START, END = "", "<unk>", "<start>", "<end>"
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+SPLITS = ("train", "validation", "test")
+FLICKR8K_URLS = (
+    "https://github.com/jbrownlee/Datasets/releases/download/Flickr8k/"
+    "Flickr8k_Dataset.zip",
+    "https://github.com/jbrownlee/Datasets/releases/download/Flickr8k/"
+    "Flickr8k_text.zip",
+)
+_FLICKR_SPLIT_FILES = {
+    "train": "Flickr_8k.trainImages.txt",
+    "validation": "Flickr_8k.devImages.txt",
+    "test": "Flickr_8k.testImages.txt",
+}
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+_LOCAL_HINT = (
+    "point data.path at a local Flickr8k folder (Flickr8k.token.txt, the "
+    "Flickr_8k.*Images.txt lists and the images as a folder or zip), e.g. "
+    "--set data.path=../shared/data/captioning"
+)
+
+
+def tokenize(caption: str) -> list[str]:
+    """Lower-cased words: letters and digits only ("A man's hat." -> a mans hat)."""
+    return re.findall(r"[a-z0-9]+", caption.lower().replace("'", ""))
+
+
+@dataclasses.dataclass
+class Split:
+    """One split: image names, their caption tokens and model inputs (one row per
+    image: `(n, size, size, 3)` uint8 images, or `(n, L, D)` cached features)."""
+
+    names: list[str]
+    captions: list[list[list[str]]]
+    inputs: np.ndarray
+
+
+@dataclasses.dataclass
+class CaptionData(RecipeData):
+    """Batched splits of ({input_key, "caption_in"}, caption_out) and what evaluation,
+    the baselines and the plots need.
+
+    `input_key` is "image" or "features" (cached annotation vectors of a frozen
+    encoder); `splits` holds the unbatched train / validation / test images with all
+    their captions; `test_images` the test images as pixels, for the plots.
+    """
+
+    vocabulary: list[str]
+    splits: dict[str, Split]
+    input_key: str
+    test_images: np.ndarray
+    encoder_weights: list[np.ndarray] | None
+    source: str
+
+
+class Vocabulary:
+    """Token <-> id; ids 0-3 are padding, `<unk>`, `<start>` and `<end>`."""
+
+    def __init__(self, tokens: Sequence[str]):
+        self.tokens = list(tokens)
+        self.ids = {token: index for index, token in enumerate(self.tokens)}
+
+    @classmethod
+    def build(cls, captions: list[list[str]], min_frequency: int) -> Vocabulary:
+        counts = collections.Counter(word for caption in captions for word in caption)
+        words = sorted(
+            (w for w, c in counts.items() if c >= min_frequency),
+            key=lambda w: (-counts[w], w),
+        )
+        return cls([PAD, UNK, START, END, *words])
+
+    def encode(self, words: list[str]) -> list[int]:
+        return [self.ids.get(word, UNK_ID) for word in words]
+
+    def decode(self, ids) -> list[str]:
+        words = []
+        for index in ids:
+            if index == END_ID:
+                break
+            if index != PAD_ID:
+                words.append(self.tokens[index])
+        return words
+
+
+# -- Image sources ---------------------------------------------------------------------
+
+
+class ImageSource:
+    """Image bytes by file name, from a folder (searched recursively) or a zip."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._zip: zipfile.ZipFile | None = None
+        if path.is_file() and zipfile.is_zipfile(path):
+            self._zip = zipfile.ZipFile(path)
+            self.members = {
+                Path(n).name: n
+                for n in self._zip.namelist()
+                if n.lower().endswith(_IMAGE_SUFFIXES)
+            }
+        elif path.is_dir():
+            self.members = {
+                p.name: str(p)
+                for p in path.rglob("*")
+                if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file()
+            }
+        else:
+            raise DataError(
+                f"{path}: not an image folder or zip (set data.images to the folder "
+                "or zip that holds the images)"
+            )
+        if not self.members:
+            raise DataError(f"{path}: no .jpg/.jpeg/.png images in it")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.members
+
+    def read(self, name: str) -> bytes:
+        if self._zip is not None:
+            return self._zip.read(self.members[name])
+        return Path(self.members[name]).read_bytes()
+
+
+def find_image_source(folder: Path, images: str | None) -> ImageSource:
+    """`data.images` (relative to the data folder), else the one zip or image folder
+    found in `folder`."""
+    if images:
+        path = Path(images)
+        return ImageSource(path if path.is_absolute() else folder / path)
+    zips = sorted(p for p in folder.glob("*.zip") if "text" not in p.name.lower())
+    if zips:
+        return ImageSource(zips[0])
+    for candidate in sorted(p for p in folder.iterdir() if p.is_dir()):
+        if any(candidate.glob("*.jpg")):
+            return ImageSource(candidate)
+    if any(folder.glob("*.jpg")):
+        return ImageSource(folder)
+    raise DataError(
+        f"{folder}: no images found (no .zip and no folder of .jpg files); "
+        "set data.images to the image folder or zip"
+    )
+
+
+def decode_images(
+    read: Callable[[str], bytes], names: list[str], size: int, threads: int = 4
+) -> tuple[list[str], np.ndarray, dict[str, str]]:
+    """Decodes and resizes images in a thread pool (Pillow releases the GIL while it
+    decodes), squashing each to `size` x `size`.
+
+    Returns the names decoded, their `(n, size, size, 3)` uint8 pixels, and
+    {name: reason} of those that could not be read.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    def decode(name: str) -> np.ndarray | str:
+        try:
+            with Image.open(io.BytesIO(read(name))) as image:
+                image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+                return np.asarray(image, dtype=np.uint8)
+        except UnidentifiedImageError:
+            return "not a known image format"
+        except (OSError, ValueError) as error:
+            return f"{type(error).__name__}: {error}"
+
+    kept, pixels, failures = [], [], {}
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for name, result in zip(names, pool.map(decode, names), strict=True):
+            if isinstance(result, str):
+                failures[name] = result
+                continue
+            kept.append(name)
+            pixels.append(result)
+    array = np.stack(pixels) if pixels else np.zeros((0, size, size, 3), np.uint8)
+    return kept, array, failures
+
+
+# -- Caption files ---------------------------------------------------------------------
+
+
+def _open_text(path: Path) -> str:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                return handle.read()
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, EOFError) as error:
+        raise DataError(f"{path}: cannot read it ({error})") from None
+
+
+def _find_file(folder: Path, name: str) -> Path:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"{folder}: no {name} (or {name}.gz) in it; {_LOCAL_HINT}")
+
+
+def read_flickr8k_captions(path: Path) -> dict[str, list[str]]:
+    """{image name: captions} from a `Flickr8k.token.txt` file."""
+    captions: dict[str, list[str]] = collections.defaultdict(list)
+    for number, line in enumerate(_open_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name = key.split("#", 1)[0].strip()
+        if not tab or not name:
+            raise DataError(
+                f"{path}, line {number}: expected 'name.jpg#k<TAB>caption', "
+                f"got {line[:60]!r}"
+            )
+        captions[name].append(caption.strip())
+    if not captions:
+        raise DataError(f"{path}: no captions in it")
+    return dict(captions)
+
+
+def read_flickr8k(
+    folder: Path, images: str | None
+) -> tuple[dict[str, list[str]], dict[str, list[str]], ImageSource]:
+    """Captions by image, image names by split, and the image source."""
+    if not folder.is_dir():
+        raise DataError(f"data.path {folder} is not a folder; {_LOCAL_HINT}")
+    captions = read_flickr8k_captions(_find_file(folder, "Flickr8k.token.txt"))
+    splits = {}
+    for split, file_name in _FLICKR_SPLIT_FILES.items():
+        path = _find_file(folder, file_name)
+        names = [line.strip() for line in _open_text(path).splitlines() if line.strip()]
+        without_captions = [name for name in names if name not in captions]
+        if without_captions:
+            raise DataError(
+                f"{path}: {len(without_captions)} image(s) have no caption in "
+                f"Flickr8k.token.txt, e.g. {without_captions[0]}"
+            )
+        splits[split] = names
+    return captions, splits, find_image_source(folder, images)
+
+
+def read_coco(
+    config: CaptioningConfig,
+) -> tuple[dict[str, list[str]], dict[str, list[str]], ImageSource | dict]:
+    """The same for COCO-style captions JSON files."""
+    data = config.data
+    path = data.path or ""
+    per_split = "{split}" in path
+    split_names = {
+        "train": data.train_split,
+        "validation": data.validation_split,
+        "test": data.test_split,
+    }
+    captions: dict[str, list[str]] = {}
+    splits: dict[str, list[str]] = {}
+    sources: dict[str, ImageSource] = {}
+    files = (
+        {split: Path(path.format(split=name)) for split, name in split_names.items()}
+        if per_split
+        else {"all": Path(path)}
+    )
+    for split, json_path in files.items():
+        by_image = _read_coco_json(json_path)
+        captions.update(by_image)
+        splits[split] = sorted(by_image)
+        images = (
+            data.images.format(split=split_names.get(split, ""))
+            if data.images
+            else None
+        )
+        sources[split] = (
+            ImageSource(Path(images)) if images else ImageSource(json_path.parent)
+        )
+    if not per_split:
+        names = splits.pop("all")
+        order = list(range(len(names)))
+        random.Random(data.split_seed).shuffle(order)
+        n_test = max(1, round(data.test_fraction * len(names)))
+        n_validation = max(1, round(data.validation_fraction * len(names)))
+        if n_test + n_validation >= len(names):
+            raise DataError(f"{path}: {len(names)} images are too few to split")
+        shuffled = [names[i] for i in order]
+        splits = {
+            "test": shuffled[:n_test],
+            "validation": shuffled[n_test : n_test + n_validation],
+            "train": shuffled[n_test + n_validation :],
+        }
+        sources = dict.fromkeys(SPLITS, sources["all"])
+    return captions, splits, sources
+
+
+def _read_coco_json(path: Path) -> dict[str, list[str]]:
+    try:
+        document = json.loads(_open_text(path))
+        file_names = {image["id"]: image["file_name"] for image in document["images"]}
+        captions: dict[str, list[str]] = collections.defaultdict(list)
+        for annotation in document["annotations"]:
+            captions[file_names[annotation["image_id"]]].append(annotation["caption"])
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from None
+    except (KeyError, TypeError) as error:
+        raise DataError(
+            f"{path}: not a COCO captions file (needs 'images' with 'id' and "
+            f"'file_name', 'annotations' with 'image_id' and 'caption'; "
+            f"missing {error})"
+        ) from None
+    if not captions:
+        raise DataError(f"{path}: no captions in it")
+    return {name: texts for name, texts in captions.items()}
+
+
+def download_flickr8k() -> Path:
+    """The original Flickr8k, downloaded once (about 1.1 GB) into the rnnkit data
+    folder; offline, a one-line error that says how to use local files."""
+    from rnnkit.data import parallel_text
+
+    folder = parallel_text.default_cache_dir() / "flickr8k"
+    try:
+        for url in FLICKR8K_URLS:
+            parallel_text.download(url, folder)
+    except DataError:
+        raise DataError(
+            f"could not download Flickr8k from {FLICKR8K_URLS[0].rsplit('/', 1)[0]} "
+            f"(offline?); {_LOCAL_HINT}"
+        ) from None
+    if not (folder / "Flickr8k.token.txt").is_file():
+        with zipfile.ZipFile(folder / "Flickr8k_text.zip") as archive:
+            archive.extractall(folder)
+    return folder
+
+
+# -- Loading ---------------------------------------------------------------------------
+
+
+def load(config: CaptioningConfig) -> CaptionData:
+    data, model = config.data, config.model
+    if data.format == "flickr8k":
+        folder = Path(data.path) if data.path else download_flickr8k()
+        captions, names, source = read_flickr8k(folder, data.images)
+        sources = dict.fromkeys(SPLITS, source)
+        description = str(folder)
+    else:
+        if not data.path:
+            raise ConfigError(
+                "data.format=coco needs data.path, the captions JSON file (with "
+                "{split} in it for one file per split)"
+            )
+        captions, names, sources = read_coco(config)
+        description = data.path
+    raw: dict[str, tuple[list[str], np.ndarray]] = {}
+    for split in SPLITS:
+        present = [name for name in names[split] if name in sources[split]]
+        missing = len(names[split]) - len(present)
+        if missing:
+            log.warning(
+                "%s of %s %s images not found, skipped",
+                f"{missing:,}",
+                f"{len(names[split]):,}",
+                split,
+            )
+        if data.limit:
+            present = present[: data.limit]
+        kept, pixels, failures = decode_images(
+            sources[split].read, present, model.image_size
+        )
+        for name, reason in failures.items():
+            log.warning("image %s is not a readable image (%s), skipped", name, reason)
+        if not kept:
+            raise DataError(
+                f"no readable {split} images in {description}: none of the "
+                f"{len(names[split]):,} images of the {split} split could be read"
+            )
+        raw[split] = (kept, pixels)
+    tokens = {
+        split: [[tokenize(c) for c in captions[name]] for name in raw[split][0]]
+        for split in SPLITS
+    }
+    vocabulary = Vocabulary.build(
+        [c for per_image in tokens["train"] for c in per_image], data.min_frequency
+    )
+    log.info(
+        "captioning data: %s train / %s validation / %s test images, vocabulary %d",
+        *(f"{len(raw[s][0]):,}" for s in SPLITS),
+        len(vocabulary.tokens),
+    )
+    encoder_weights = None
+    input_key = "image"
+    inputs = {split: raw[split][1] for split in SPLITS}
+    if not model.encoder_trainable:
+        from rnnkit_recipes.captioning.features import (
+            build_encoder,
+            cached_features,
+            feature_cache_dir,
+        )
+
+        encoder = build_encoder(config)
+        encoder_weights = encoder.get_weights()
+        input_key = "features"
+        cache = feature_cache_dir(config, encoder_weights)
+        inputs = {
+            split: cached_features(encoder, raw[split][0], raw[split][1], cache)
+            for split in SPLITS
+        }
+    splits = {
+        split: Split(raw[split][0], tokens[split], inputs[split]) for split in SPLITS
+    }
+    batched = {
+        split: _dataset(
+            splits[split],
+            vocabulary,
+            input_key,
+            config,
+            shuffle=split == "train" and config.train.shuffle,
+        )
+        for split in SPLITS
+    }
+    return CaptionData(
+        train=batched["train"],
+        validation=batched["validation"],
+        test=batched["test"],
+        vocabulary=vocabulary.tokens,
+        splits=splits,
+        input_key=input_key,
+        test_images=raw["test"][1],
+        encoder_weights=encoder_weights,
+        source=description,
+    )
+
+
+def caption_arrays(
+    captions: list[list[list[str]]], vocabulary: Vocabulary, per_image: int, length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(caption_in, caption_out), each `(images, per_image, length + 1)` int32:
+    `<start> w_1 .. w_n` and `w_1 .. w_n <end>`, words cut at `length`, zero-padded.
+    An image with fewer captions than `per_image` repeats them in turn."""
+    shape = (len(captions), per_image, length + 1)
+    caption_in, caption_out = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+    for row, per_image_captions in enumerate(captions):
+        for k in range(per_image):
+            ids = vocabulary.encode(per_image_captions[k % len(per_image_captions)])
+            ids = ids[:length]
+            caption_in[row, k, : len(ids) + 1] = [START_ID, *ids]
+            caption_out[row, k, : len(ids) + 1] = [*ids, END_ID]
+    return caption_in, caption_out
+
+
+def _dataset(split: Split, vocabulary, input_key, config, shuffle: bool):
+    import tensorflow as tf
+
+    caption_in, caption_out = caption_arrays(
+        split.captions,
+        vocabulary,
+        config.data.captions_per_image,
+        config.data.max_length,
+    )
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({input_key: split.inputs, "caption_in": caption_in}, caption_out)
+    )
+    if shuffle:
+        dataset = dataset.shuffle(len(split.names), seed=config.train.seed)
+    return dataset.batch(config.train.batch_size).prefetch(tf.data.AUTOTUNE)
