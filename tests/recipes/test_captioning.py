@@ -26,6 +26,7 @@ from rnnkit_recipes.captioning.scores import consensus_index
 from rnnkit import config as config_lib
 from rnnkit.cli import main
 from rnnkit.errors import ConfigError, DataError
+from tests.shared_data import require
 from tests.stock_support import ROOT
 
 FLICKR8K = ROOT.parent / "shared" / "data" / "captioning"
@@ -47,8 +48,7 @@ def error_line(result) -> str:
 
 
 def require_data():
-    if not IMAGE_ZIP.is_file():
-        pytest.skip("shared captioning data not available")
+    require(IMAGE_ZIP)
 
 
 class Messages:
