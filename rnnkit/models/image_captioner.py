@@ -35,11 +35,10 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
-# Keras' recurrent layers run their time loop through `backend.rnn`, which is not
-# exported publicly; rnnkit's layers use it too (see rnnkit/layers/_rnn_base.py).
-from keras.src import backend as keras_backend
-
 from rnnkit import layers as rnnkit_layers
+
+# Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
+from rnnkit._keras_private import backend as keras_backend
 
 ENCODERS = ("small_cnn", "mobilenet_v2", "efficientnet_b0", "resnet50")
 CELL_TYPES = ("gru", "lstm")
