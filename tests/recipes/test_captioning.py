@@ -17,34 +17,20 @@ import keras_tuner
 import numpy as np
 import pytest
 import sacrebleu
-from click.testing import CliRunner
 from rnnkit_recipes.captioning import data as caption_data
 from rnnkit_recipes.captioning import features as caption_features
 from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
 from rnnkit_recipes.captioning.scores import consensus_index
 
 from rnnkit import config as config_lib
-from rnnkit.cli import main
 from rnnkit.errors import ConfigError, DataError
+from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT
 
 FLICKR8K = ROOT.parent / "shared" / "data" / "captioning"
 IMAGE_ZIP = FLICKR8K / "flickr8k_images_256px.zip"
 SMOKE_CONFIG = ROOT / "recipes" / "captioning" / "configs" / "smoke.toml"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:
-    """The one "Error: ..." line of a failed command."""
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 def require_data():

@@ -14,7 +14,6 @@ import sys
 import keras
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from rnnkit_recipes.language_model import baselines
 from rnnkit_recipes.language_model import data as lm_data
 from rnnkit_recipes.language_model.recipe import (
@@ -26,26 +25,14 @@ from rnnkit_recipes.language_model.recipe import (
 
 from rnnkit import config as config_lib
 from rnnkit import runner
-from rnnkit.cli import main
 from rnnkit.data.token_stream import stream_batches
+from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT
 
 LM_DATA = ROOT.parent / "shared" / "data" / "language_model"
 CONFIGS = ROOT / "recipes" / "language_model" / "configs"
 SMOKE_CONFIG = CONFIGS / "smoke.toml"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 def numbered_text(path, lines=60, words=10):

@@ -14,12 +14,10 @@ import zipfile
 
 import keras_tuner
 import pytest
-from click.testing import CliRunner
 from rnnkit_recipes.translation.recipe import TranslationConfig, TranslationRecipe
 
 from rnnkit import config as config_lib
 from rnnkit import runner
-from rnnkit.cli import main
 from rnnkit.data.parallel_text import (
     UNK_ID,
     SubwordVocabulary,
@@ -27,25 +25,13 @@ from rnnkit.data.parallel_text import (
     read_parallel_files,
     tokenize,
 )
+from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
 MULTI30K = str(TRANSLATION_DATA / "multi30k_{split}.{lang}.gz")
 SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def error_line(result) -> str:
-    """The one "Error: ..." line of a failed command."""
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
