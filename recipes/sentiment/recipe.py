@@ -139,6 +139,17 @@ class SentimentTrainConfig(TrainConfig):
         "train.learning_rate to 0 at the end of train.epochs.",
         choices=("constant", "cosine"),
     )
+    discriminative_lr: float = field(
+        1.0,
+        help="Divide the learning rate by this per layer group going down from the "
+        "output layer (ULMFiT: 2.6); 1 trains every layer at train.learning_rate.",
+        at_least=1.0,
+    )
+    gradual_unfreezing: bool = field(
+        False,
+        help="Train only the output layer in epoch 1 and one more layer group "
+        "(recurrent layers from the top, then the word vectors) in each later epoch.",
+    )
 
 
 @dataclasses.dataclass
@@ -207,7 +218,25 @@ class SentimentRecipe(Recipe):
             learning_rate = keras.optimizers.schedules.CosineDecay(
                 learning_rate, decay_steps=max(1, steps)
             )
-        return compile_sequence_classifier(model, learning_rate)
+        factors = None
+        if config.train.discriminative_lr != 1.0 or config.train.gradual_unfreezing:
+            # LayerwiseAdam also counts Adam's steps per variable, which layers that
+            # join training late (gradual unfreezing) need.
+            from rnnkit.models.transfer import discriminative_factors, layer_groups
+
+            factors = discriminative_factors(
+                layer_groups(model), config.train.discriminative_lr
+            )
+        return compile_sequence_classifier(model, learning_rate, factors=factors)
+
+    def callbacks(
+        self, config: SentimentConfig, data: SentimentData
+    ) -> list[keras.callbacks.Callback]:
+        if not config.train.gradual_unfreezing:
+            return []
+        from rnnkit.models.transfer import GradualUnfreezing
+
+        return [GradualUnfreezing()]
 
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: SentimentConfig

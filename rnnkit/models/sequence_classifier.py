@@ -18,7 +18,7 @@ everything to `sequence_length`, and `mask_zero=True` makes the padding invisibl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import keras
 import numpy as np
@@ -366,17 +366,26 @@ def build_sequence_classifier(
 def compile_sequence_classifier(
     model: keras.Model,
     learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 1e-3,
+    factors: Mapping[str, float] | None = None,
 ) -> keras.Model:
     """Compiles with Adam, the matching cross-entropy and accuracy; returns `model`.
 
-    `learning_rate` is a number or a Keras schedule (e.g. `CosineDecay`).
+    `learning_rate` is a number or a Keras schedule (e.g. `CosineDecay`). `factors`
+    (layer path -> factor, e.g. from `rnnkit.models.transfer.discriminative_factors`)
+    scale it per layer through `rnnkit.optimizers.LayerwiseAdam`.
 
     Two classes: binary cross-entropy on labels 0/1 of shape (batch, 1). More:
     sparse categorical cross-entropy on integer labels (batch,).
     """
     binary = len(class_names_of(model)) == 2
+    if factors is None:
+        optimizer = keras.optimizers.Adam(learning_rate)
+    else:
+        from rnnkit.optimizers import LayerwiseAdam
+
+        optimizer = LayerwiseAdam(learning_rate, factors=factors)
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=optimizer,
         loss="binary_crossentropy" if binary else "sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )

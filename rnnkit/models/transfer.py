@@ -17,6 +17,13 @@
 Shapes are checked first: the same `embedding_dim`, cell type and `units`; a mismatch
 is a `ValueError` that names both values.
 
+Fine-tuning the result as ULMFiT does: `layer_groups(classifier)` lists the layers from
+the output down (the output layer, each recurrent layer from the top, the word vectors);
+`discriminative_factors(groups, 2.6)` gives each group the learning rate of the group
+above divided by 2.6, for `rnnkit.optimizers.LayerwiseAdam`; and the
+`GradualUnfreezing(groups)` callback trains only the top group in the first epoch and
+one more group in each epoch after.
+
 Reference: Howard & Ruder (2018), "Universal Language Model Fine-tuning for Text
 Classification"; Dai & Le (2015), "Semi-supervised Sequence Learning".
 """
@@ -24,6 +31,7 @@ Classification"; Dai & Le (2015), "Semi-supervised Sequence Learning".
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -112,3 +120,93 @@ def _recurrent_layers(classifier: keras.Model) -> list[Any]:
         elif isinstance(layer, keras.layers.RNN):
             layers.append(layer)
     return layers
+
+
+def layer_groups(classifier: keras.Model) -> list[list[keras.layers.Layer]]:
+    """The classifier's layers with weights, in groups from the output down.
+
+    Group 0 holds the layers above the last recurrent layer (the output layer), then
+    one group per recurrent layer from the top (a `Bidirectional` wrapper with both its
+    directions), and last the word vectors.
+    """
+    weighted = [layer for layer in classifier.layers if layer.weights]
+    recurrent = [
+        index
+        for index, layer in enumerate(weighted)
+        if isinstance(layer, keras.layers.Bidirectional | keras.layers.RNN)
+    ]
+    if not recurrent:
+        raise ValueError("the model has no recurrent layer to group by")
+    first, last = recurrent[0], recurrent[-1]
+    groups = [weighted[last + 1 :]] if weighted[last + 1 :] else []
+    groups += [[weighted[index]] for index in reversed(recurrent)]
+    if weighted[:first]:
+        groups.append(weighted[:first])
+    return groups
+
+
+def discriminative_factors(
+    groups: Sequence[Sequence[keras.layers.Layer]], divisor: float
+) -> dict[str, float]:
+    """Layer path -> learning-rate factor `divisor ** -k` for group k (0 = output).
+
+    ULMFiT uses `divisor = 2.6`; for `rnnkit.optimizers.LayerwiseAdam(factors=...)`.
+    """
+    if divisor < 1:
+        raise ValueError(f"divisor is {divisor}; it must be >= 1")
+    return {
+        layer.path: float(divisor) ** -depth
+        for depth, group in enumerate(groups)
+        for layer in group
+    }
+
+
+class GradualUnfreezing(keras.callbacks.Callback):
+    """Trains the top layer group in epoch 1 and one more group in each later epoch.
+
+    `groups` are lists of layers, output first, as `layer_groups` gives them (the
+    default: `layer_groups(model)` of the model being trained). At the start of epoch e
+    (from 1)
+    the top e groups are trainable and the others frozen; the training step is traced
+    again for the new set of variables. When training ends every group is trainable
+    again. The optimizer is built on all the groups' variables before the first epoch,
+    so layers that join later keep one optimizer (use `LayerwiseAdam`, whose step count
+    per variable gives a joining layer the first steps of a fresh Adam).
+    """
+
+    def __init__(
+        self, groups: Sequence[Sequence[keras.layers.Layer]] | None = None
+    ) -> None:
+        super().__init__()
+        if groups is not None and not groups:
+            raise ValueError("GradualUnfreezing needs at least one layer group")
+        self._given = None if groups is None else [list(group) for group in groups]
+        self.groups: list[list[keras.layers.Layer]] = self._given or []
+
+    def on_train_begin(self, logs=None) -> None:
+        if self._given is None:
+            self.groups = layer_groups(self.model)
+        for group in self.groups:
+            for layer in group:
+                layer.trainable = True
+        optimizer = self.model.optimizer
+        if not optimizer.built:
+            optimizer.build(self.model.trainable_variables)
+
+    def on_epoch_begin(self, epoch: int, logs=None) -> None:
+        import logging
+
+        trained = min(epoch + 1, len(self.groups))
+        for depth, group in enumerate(self.groups):
+            for layer in group:
+                layer.trainable = depth < trained
+        self.model.make_train_function(force=True)
+        names = [layer.name for group in self.groups[:trained] for layer in group]
+        logging.getLogger("rnnkit").info(
+            "gradual unfreezing, epoch %d: training %s", epoch + 1, ", ".join(names)
+        )
+
+    def on_train_end(self, logs=None) -> None:
+        for group in self.groups:
+            for layer in group:
+                layer.trainable = True

@@ -10,6 +10,7 @@ MODULES = [
     "rnnkit.models.encoder_decoder",
     "rnnkit.models.sequence_classifier",
     "rnnkit.models.sequence_regressor",
+    "rnnkit.optimizers",
 ]
 
 

@@ -97,10 +97,41 @@ def test_sentiment_run_with_a_pretrained_language_model(
         "run", "sentiment", "--config", str(SMOKE_CONFIG), "--run-dir",
         str(tmp_path / "run"), "--set", f"data.path={train}",
         "--set", f"data.test_path={test}", "--set", "data.limit=0",
-        "--set", "train.epochs=1", "--set", f"model.pretrained={language_model_run}",
+        "--set", "train.epochs=2", "--set", f"model.pretrained={language_model_run}",
+        "--set", "train.gradual_unfreezing=true",
+        "--set", "train.discriminative_lr=2.6",
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-3000:]
     assert "pre-trained:" in result.output and "word vectors" in result.output
+    assert "gradual unfreezing, epoch 1: training probabilities\n" in result.output
+    assert "gradual unfreezing, epoch 2: training probabilities, bidirectional" in (
+        result.output
+    )
+    model = runner.load_model(tmp_path / "run" / "model.keras")
+    assert model.optimizer.factors["embedding"] == pytest.approx(1 / 2.6**2)
+
+
+def test_fine_tuning_options_choose_the_optimizer_and_callback(reviews):
+    from rnnkit.models.transfer import GradualUnfreezing
+    from rnnkit.optimizers import LayerwiseAdam
+
+    recipe = SentimentRecipe()
+    plain = sentiment_config(reviews)
+    data = recipe.load_data(plain)
+    assert not isinstance(recipe.build_model(plain, data).optimizer, LayerwiseAdam)
+    assert recipe.callbacks(plain, data) == []
+    tuned = sentiment_config(
+        reviews,
+        **{"train.discriminative_lr": 2.6, "train.gradual_unfreezing": True},
+    )
+    model = recipe.build_model(tuned, data)
+    assert isinstance(model.optimizer, LayerwiseAdam)
+    assert model.optimizer.factors["probabilities"] == 1.0
+    assert model.optimizer.factors["embedding"] == pytest.approx(1 / 2.6**2)
+    (callback,) = recipe.callbacks(tuned, data)
+    assert isinstance(callback, GradualUnfreezing)
+    with pytest.raises(config_lib.ConfigError, match="discriminative_lr"):
+        sentiment_config(reviews, **{"train.discriminative_lr": 0.5})
 
 
 @pytest.mark.parametrize(
