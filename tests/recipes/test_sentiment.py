@@ -133,6 +133,20 @@ def test_evaluate_reproduces_the_metrics(smoke_run):
         assert again[system] == pytest.approx(values), system
 
 
+def test_baselines_can_be_left_out(smoke_run):
+    run_dir, _ = smoke_run
+    result = invoke(
+        "evaluate", str(run_dir), "--set", "evaluation.baselines=false",
+        "--output", str(run_dir / "model_only.json"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    model_only = json.loads((run_dir / "model_only.json").read_text())["test"]
+    saved = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert set(saved) == {"model", "majority", "bag_of_words", "tfidf_bigrams"}
+    assert set(model_only) == {"model"}
+    assert model_only["model"] == pytest.approx(saved["model"])
+
+
 def test_predict_without_text_is_a_one_line_error(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     blank = tmp_path / "blank.txt"
