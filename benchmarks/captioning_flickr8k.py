@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
-import subprocess
 import time
 from pathlib import Path
+
+from timing import epoch_timer, hardware
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -79,23 +79,6 @@ def main() -> None:
         report(name, table, seconds, wall, run_dir)
 
 
-def epoch_timer():
-    """A callback timing each training epoch (validation included, as fit runs it)."""
-    import keras
-
-    class EpochTimer(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.started = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self.started)
-
-    return EpochTimer()
-
-
 def train(recipe, config, runs_root: str):
     from rnnkit import runner
 
@@ -123,31 +106,6 @@ def report(name, table, seconds, wall, run_dir) -> None:
         other = table[baseline]["bleu4"]
         verdict = "beats" if model > other else "DOES NOT beat"
         print(f"beam BLEU-4 {model:.2f} {verdict} {baseline} ({other:.2f})")
-
-
-def hardware() -> str:
-    import keras
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        lines = subprocess.run(
-            ["lscpu"], capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-        cpu = next(
-            line.split(":", 1)[1].strip() for line in lines if "Model name" in line
-        )
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        pass
-    devices = "CPU"
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        devices = f"{len(gpus)} GPU" if gpus else "CPU only"
-    return (
-        f"{cpu}, {os.cpu_count()} cores, {devices}, Keras {keras.__version__} "
-        f"({keras.backend.backend()})"
-    )
 
 
 if __name__ == "__main__":

@@ -20,28 +20,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
-import subprocess
 import time
 from pathlib import Path
+
+from timing import cpu_line, epoch_timer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_PERPLEXITY = 114.5
-
-
-def cpu_model() -> str:
-    try:
-        output = subprocess.run(
-            ["lscpu"], capture_output=True, text=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown"
-    for line in output.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main() -> None:
@@ -65,7 +52,6 @@ def main() -> None:
     # The config's data paths are relative to the repository root.
     os.chdir(ROOT)
 
-    import keras
     from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
 
     from rnnkit import config as config_lib
@@ -80,19 +66,7 @@ def main() -> None:
     if args.resume:
         config = runner.prepare_resume(recipe, Path(args.resume))
 
-    class EpochTimer(keras.callbacks.Callback):
-        """Seconds per training epoch (validation included, as the fit loop runs it)."""
-
-        def on_train_begin(self, logs=None):
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.started = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self.started)
-
-    timer = EpochTimer()
+    timer = epoch_timer()
     started = time.perf_counter()
     result = runner.run(
         recipe,
@@ -111,7 +85,7 @@ def main() -> None:
     print(format_table(table))
     print()
     print(f"run directory:     {result.run_dir}")
-    print(f"CPU:               {cpu_model()} ({os.cpu_count()} cores visible)")
+    print(f"CPU:               {cpu_line()}")
     print(f"epochs:            {len(timer.seconds)} (this process)")
     print("seconds per epoch: " + ", ".join(f"{s:.0f}" for s in timer.seconds))
     print(f"training seconds:  {training:.0f} (whole run {total:.0f})")

@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from timing import cpu_line
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,6 @@ def main() -> None:
     os.chdir(ROOT)
 
     import keras
-    from language_model_ptb import cpu_model
     from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
 
     from rnnkit import config as config_lib
@@ -102,7 +103,7 @@ def main() -> None:
         f"truncated / independent time per token: {truncated / independent:.3f} "
         + ("(target <= 1: MET)" if truncated <= independent else "(target NOT MET)")
     )
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores visible)")
+    print(f"CPU: {cpu_line()}")
 
     best = runner.load_run(results["truncated"][0].run_dir, lambda _: recipe)
     _, config, model = best

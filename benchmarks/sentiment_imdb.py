@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from timing import epoch_timer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +55,6 @@ def main() -> None:
     # The config's data paths are relative to the repository root.
     os.chdir(ROOT)
 
-    import keras
     from rnnkit_recipes.sentiment.recipe import SentimentRecipe
 
     from rnnkit import config as config_lib
@@ -80,19 +81,7 @@ def main() -> None:
         )
         return
 
-    class EpochTimer(keras.callbacks.Callback):
-        """Seconds per training epoch (validation included, as the fit loop runs it)."""
-
-        def on_train_begin(self, logs=None):
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.started = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self.started)
-
-    timer = EpochTimer()
+    timer = epoch_timer()
     started = time.perf_counter()
     result = runner.run(recipe, config, args.run_dir, verbose=2, callbacks=[timer])
     total = time.perf_counter() - started

@@ -27,9 +27,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import platform
-import time
 from pathlib import Path
+
+from timing import epoch_timer, hardware
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -144,36 +144,6 @@ def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
               f"{verdict}")  # fmt: skip
 
 
-def epoch_timer(max_minutes: float = 0.0):
-    """A callback timing each training epoch (validation included, as fit runs it).
-
-    With `max_minutes` > 0 it ends training after the epoch past which one more
-    epoch, at the mean epoch time so far, would end after `max_minutes`: the run is
-    then the same as one with train.epochs set to the epochs it trained.
-    """
-    import keras
-
-    class EpochTimer(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.started = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self.started)
-            spent = sum(self.seconds)
-            mean = spent / len(self.seconds)
-            if max_minutes > 0 and spent + mean > max_minutes * 60:
-                print(
-                    f"--max-minutes {max_minutes:g}: training stops after "
-                    f"{len(self.seconds)} epochs ({spent / 60:.1f} min)"
-                )
-                self.model.stop_training = True
-
-    return EpochTimer()
-
-
 def train(recipe, config, runs_root: str, max_minutes: float = 0.0):
     from rnnkit import runner
 
@@ -205,21 +175,6 @@ def report(name, table, seconds, run_dir, limit) -> None:
     bleu = table["model"]["bleu"]
     verdict = "MET" if bleu >= TARGET_BLEU else "NOT MET"
     print(f"target: beam-search BLEU {bleu:.2f} >= {TARGET_BLEU}: {verdict}")
-
-
-def hardware() -> str:
-    import keras
-
-    devices = "CPU"
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        devices = f"{len(gpus)} GPU" if gpus else "CPU only"
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{devices}, Keras {keras.__version__} ({keras.backend.backend()})"
-    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+"""IMDB from scratch vs language-model pre-training (ULMFiT-style), in one benchmark.
+
+1. Trains a word-level GRU language model on the 25,000 IMDB training reviews (the
+   text only; never the test reviews) with
+   recipes/language_model/configs/imdb_reviews.toml.
+2. Trains the sentiment recipe's IMDB model (recipes/sentiment/configs/imdb.toml)
+   from scratch, and again initialised from that language model
+   (`model.pretrained`), with the fine-tuning options of each variant.
+3. Prints one table: test accuracy, F1 and ROC AUC per variant, the minutes each
+   took (the pre-trained variants also carry the language model's minutes), and the
+   tf-idf uni+bigram logistic regression's line (fitted on the same training texts).
+
+    python benchmarks/sentiment_pretraining.py               # the full benchmark
+    python benchmarks/sentiment_pretraining.py --variants scratch,discriminative
+    python benchmarks/sentiment_pretraining.py --lm-run RUN_DIR   # reuse an LM run
+    python benchmarks/sentiment_pretraining.py --limit 500 --lm-limit 100000 \\
+        --epochs 1                                           # a reduced check
+
+Variants: `scratch` (the recipe as it is), `pretrained` (initialised, trained as
+scratch), `discriminative` (initialised, learning rate divided by 2.6 per layer group
+going down), `ulmfit` (initialised, discriminative and gradual unfreezing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+
+from timing import cpu_line, epoch_timer
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {
+    "scratch": {},
+    "pretrained": {"pretrained": True},
+    "discriminative": {"pretrained": True, "train.discriminative_lr": 2.6},
+    "ulmfit": {
+        "pretrained": True,
+        "train.discriminative_lr": 2.6,
+        "train.gradual_unfreezing": True,
+    },
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--variants",
+        default="scratch,discriminative",
+        help=f"Comma-separated, of: {', '.join(VARIANTS)}.",
+    )
+    parser.add_argument(
+        "--lm-config",
+        default=str(ROOT / "recipes/language_model/configs/imdb_reviews.toml"),
+    )
+    parser.add_argument("--lm-run", help="Reuse this language_model run directory.")
+    parser.add_argument(
+        "--lm-limit", type=int, default=0, help="Tokens of the LM's text (0: all)."
+    )
+    parser.add_argument(
+        "--config", default=str(ROOT / "recipes/sentiment/configs/imdb.toml")
+    )
+    parser.add_argument(
+        "--limit", type=int, default=0, help="Reviews per split (0: all 25,000)."
+    )
+    parser.add_argument("--epochs", type=int, help="Override train.epochs (both).")
+    parser.add_argument(
+        "--out", default="runs/sentiment_pretraining", help="Folder for the runs."
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="assignments",
+        help="Override for the sentiment runs.",
+    )  # fmt: skip
+    args = parser.parse_args()
+    variants = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    os.chdir(ROOT)  # the configs' data paths are relative to the repository root
+
+    from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
+    from rnnkit_recipes.sentiment.recipe import SentimentRecipe
+
+    from rnnkit import config as config_lib
+    from rnnkit import runner
+    from rnnkit.metrics import format_table
+
+    out = Path(args.out)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    lm_minutes = 0.0
+    lm_line = "reused"
+    if args.lm_run:
+        lm_run = Path(args.lm_run)
+    else:
+        recipe = LanguageModelRecipe()
+        overrides = {"data.limit": args.lm_limit}
+        if args.epochs is not None:
+            overrides["train.epochs"] = args.epochs
+        config = config_lib.resolve(recipe.Config, args.lm_config, overrides)
+        timer = epoch_timer()
+        started = time.perf_counter()
+        result = runner.run(
+            recipe, config, out / f"lm-{stamp}", verbose=2, callbacks=[timer]
+        )
+        lm_minutes = (time.perf_counter() - started) / 60
+        lm_run = result.run_dir
+        model_row = result.metrics["test"]["model"]
+        lm_line = (
+            f"test perplexity {model_row['perplexity']:.1f} (unigram "
+            f"{result.metrics['test']['unigram']['perplexity']:.1f}), "
+            f"{len(timer.seconds)} epoch(s) of "
+            + ", ".join(f"{s:.0f}" for s in timer.seconds)
+            + f" s, whole run {lm_minutes:.1f} min"
+        )
+
+    recipe = SentimentRecipe()
+    rows, minutes, epochs, baselines = {}, {}, {}, None
+    for name in variants:
+        overrides = config_lib.parse_assignments(recipe.Config, args.assignments)
+        overrides["data.limit"] = args.limit
+        if args.epochs is not None:
+            overrides["train.epochs"] = args.epochs
+        settings = dict(VARIANTS[name])
+        if settings.pop("pretrained", False):
+            overrides["model.pretrained"] = str(lm_run)
+        overrides.update(settings)
+        # The baselines are fitted once, in the first run.
+        overrides["evaluation.baselines"] = baselines is None
+        config = config_lib.resolve(recipe.Config, args.config, overrides)
+        timer = epoch_timer()
+        started = time.perf_counter()
+        result = runner.run(
+            recipe, config, out / f"{name}-{stamp}", verbose=2, callbacks=[timer]
+        )
+        table = result.metrics["test"]
+        rows[name] = table["model"]
+        minutes[name] = (time.perf_counter() - started) / 60
+        epochs[name] = ", ".join(f"{s:.0f}" for s in timer.seconds)
+        if baselines is None:
+            baselines = {k: v for k, v in table.items() if k != "model"}
+
+    table = {
+        name: {
+            **{k: row[k] for k in ("accuracy", "f1", "roc_auc") if k in row},
+            "minutes": minutes[name] + (lm_minutes if name != "scratch" else 0.0),
+        }
+        for name, row in rows.items()
+    }
+    for name, row in (baselines or {}).items():
+        table[name] = {k: row[k] for k in ("accuracy", "f1", "roc_auc") if k in row}
+    print()
+    print(format_table(table))
+    print()
+    print(f"language model:    {lm_run}: {lm_line}")
+    for name in rows:
+        print(
+            f"{name + ':':<18} {minutes[name]:.1f} min; "
+            f"seconds per epoch {epochs[name]}"
+        )
+    print("minutes of the pre-trained variants include the language model's")
+    print(f"reviews:           {args.limit or 'all'} per split (limit)")
+    print(f"CPU:               {cpu_line()}")
+    summary = out / f"summary-{stamp}.json"
+    runner.write_json(summary, {"table": table, "language_model": str(lm_run)})
+    print(f"summary:           {summary}")
+    if baselines and "tfidf_bigrams" in baselines:
+        line = baselines["tfidf_bigrams"]["accuracy"]
+        for name, row in rows.items():
+            side = "above" if row["accuracy"] > line else "below"
+            print(
+                f"{name}: {row['accuracy']:.4f} vs tf-idf bigrams {line:.4f} ({side})"
+            )
+
+
+if __name__ == "__main__":
+    main()
