@@ -10,6 +10,11 @@ Both searches drive any model that offers three methods (as
   one decoder step for the previous tokens `(batch,)`, giving next-token logits
   `(batch, vocabulary)`, the new state and attention weights `(batch, source_length)`.
 
+A model may also offer `decoder_weights() -> weights` and take them as
+`decode_step(..., weights=weights)`: what every step reads from the decoder's
+variables but does not change (the rnnkit cells' kernels split per gate), computed once
+per search before the time loop instead of once per step.
+
 A model whose attention does not run over the source tokens (an image captioner attends
 over the positions of a feature map) also offers `attention_length(memory) -> int`, the
 number of positions its weights cover. Such a source need not be token ids: with
@@ -299,8 +304,22 @@ def _attention_length(model, memory, source_length):
     return source_length
 
 
-def _next_token_log_probs(model, tokens, state, memory, settings: _Settings):
-    logits, state, weights = model.decode_step(tokens, state, memory, training=False)
+def _decoder_weights(model):
+    """The model's per-search decoder weights (`decoder_weights()`), if it has them."""
+    return model.decoder_weights() if hasattr(model, "decoder_weights") else None
+
+
+def _next_token_log_probs(
+    model, tokens, state, memory, settings: _Settings, decoder_weights=None
+):
+    if decoder_weights is None:
+        logits, state, weights = model.decode_step(
+            tokens, state, memory, training=False
+        )
+    else:
+        logits, state, weights = model.decode_step(
+            tokens, state, memory, training=False, weights=decoder_weights
+        )
     log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
     if settings.suppress_ids:
         vocabulary_size = log_probs.shape[-1]
@@ -321,10 +340,11 @@ def _greedy(model, source_ids, settings: _Settings):
     memory = model.encode(source_ids, training=False)
     source_length = _attention_length(model, memory, source_length)
     state = model.initial_decoder_state(memory)
+    decoder_weights = _decoder_weights(model)
 
     def step(t, tokens, state, finished, log_prob, lengths, sequence, attention):
         step_log_probs, state, weights = _next_token_log_probs(
-            model, tokens, state, memory, settings
+            model, tokens, state, memory, settings, decoder_weights
         )
         best = ops.cast(ops.argmax(step_log_probs, axis=-1), "int32")  # (batch,)
         best_log_prob = ops.take_along_axis(step_log_probs, best[:, None], axis=1)[:, 0]
@@ -378,6 +398,7 @@ def _beam(model, source_ids, settings: _Settings):
     # Every sentence's memory repeated beam_width times: row b * beam_width + k.
     memory = tree.map_structure(lambda x: ops.repeat(x, beam_width, axis=0), memory)
     state = model.initial_decoder_state(memory)
+    decoder_weights = _decoder_weights(model)
     # Row offsets that turn (batch, beam) parent indices into rows of the folded batch.
     row_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beam_width
 
@@ -387,7 +408,7 @@ def _beam(model, source_ids, settings: _Settings):
 
     def step(t, tokens, state, finished, log_prob, lengths, sequence, attention):
         step_log_probs, state, weights = _next_token_log_probs(
-            model, tokens, state, memory, settings
+            model, tokens, state, memory, settings, decoder_weights
         )
         vocabulary_size = step_log_probs.shape[-1]
         step_log_probs = ops.reshape(

@@ -180,6 +180,33 @@ def test_search_is_one_compiled_loop_traced_once():
     assert search.experimental_get_tracing_count() == 1
 
 
+CALLS = {"decoder_weights": 0, "steps": 0, "steps_given_weights": 0}
+
+
+class CountingEncoderDecoder(EncoderDecoder):
+    """Counts, while the search is traced, how the decoder weights reach each step."""
+
+    def decoder_weights(self):
+        CALLS["decoder_weights"] += 1
+        return super().decoder_weights()
+
+    def decode_step(self, token_ids, state, memory, training=False, weights=None):
+        CALLS["steps"] += 1
+        CALLS["steps_given_weights"] += weights is not None
+        return super().decode_step(token_ids, state, memory, training, weights)
+
+
+@pytest.mark.parametrize("beam_width", [1, 3])
+def test_decoder_weights_are_split_once_per_search_not_per_step(beam_width):
+    keras.utils.set_random_seed(1)
+    model = CountingEncoderDecoder(12, 6, embedding_dim=6, units=8, decoder_layers=2)
+    model.build()
+    CALLS.update(decoder_weights=0, steps=0, steps_given_weights=0)
+    decoding.beam_search(model, SOURCE, beam_width=beam_width, **search_kwargs())
+    # One trace: the loop body is traced once, the weights computed once before it.
+    assert CALLS == {"decoder_weights": 1, "steps": 1, "steps_given_weights": 1}
+
+
 def test_argument_errors():
     model = tiny_model()
     with pytest.raises(ValueError, match="beam_width"):

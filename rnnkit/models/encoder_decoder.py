@@ -348,8 +348,17 @@ class EncoderDecoder(keras.Model):
             context = ops.zeros((ops.shape(initial)[0], self.context_dim))
         return {"cells": cell_states, "context": ops.cast(context, "float32")}
 
-    def decode_step(self, token_ids, state, memory, training=False):
+    def decoder_weights(self):
+        """Every decoder cell's `gate_weights()`: what `decode_step` reads from the
+        cells' variables, split per gate, computed once per search (`rnnkit.decoding`)
+        instead of once per step."""
+        return [cell.gate_weights() for cell in self.decoder_cells]
+
+    def decode_step(self, token_ids, state, memory, training=False, weights=None):
         """One decoder step for the previous tokens `(batch,)`.
+
+        `weights` are `decoder_weights()` computed before the time loop (computed
+        here when not given).
 
         Returns:
             (logits `(batch, target_vocabulary_size)`, new state, attention weights
@@ -359,7 +368,7 @@ class EncoderDecoder(keras.Model):
         hidden, cell_states = self._cell_stack(
             self._decoder_input(embedded, state["context"]),
             state["cells"],
-            [cell.gate_weights() for cell in self.decoder_cells],
+            self.decoder_weights() if weights is None else weights,
         )
         context, weights = self._attend_step(hidden, memory)
         attentional = self.attentional(ops.concatenate([hidden, context], axis=-1))
@@ -379,7 +388,7 @@ class EncoderDecoder(keras.Model):
         embedded = self.dropout_layer(
             self.target_embedding(ops.cast(target_in, "int32")), training=training
         )  # (batch, T, E)
-        cell_weights = [cell.gate_weights() for cell in self.decoder_cells]
+        cell_weights = self.decoder_weights()
         if self.input_feeding and self.attention != "none":
             # The context of step t enters step t + 1: attention runs inside the loop.
             def step(embedded_t, states):

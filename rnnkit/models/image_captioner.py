@@ -451,8 +451,16 @@ class ImageCaptioner(keras.Model):
             for state in ops.split(initial, self.states_per_cell, axis=-1)
         ]
 
-    def decode_step(self, token_ids, state, memory, training=False):
+    def decoder_weights(self):
+        """The decoder cell's `gate_weights()`, computed once per search
+        (`rnnkit.decoding`) instead of once per step."""
+        return self.cell.gate_weights()
+
+    def decode_step(self, token_ids, state, memory, training=False, weights=None):
         """One decoder step for the previous tokens `(batch,)`.
+
+        `weights` are `decoder_weights()` computed before the time loop (computed
+        here when not given).
 
         Returns:
             (logits `(batch, vocabulary_size)`, new state, attention weights
@@ -460,7 +468,11 @@ class ImageCaptioner(keras.Model):
         """
         embedded = self.embedding(ops.cast(token_ids, "int32"))  # (batch, E)
         output, state, weights = self._step(
-            embedded, state, memory, self.cell.gate_weights(), training
+            embedded,
+            state,
+            memory,
+            self.decoder_weights() if weights is None else weights,
+            training,
         )
         return self.output_projection(output), state, weights
 
@@ -496,7 +508,7 @@ class ImageCaptioner(keras.Model):
         embedded = self.dropout_layer(
             self.embedding(captions), training=training
         )  # (batch * K, T, E)
-        weights = self.cell.gate_weights()
+        weights = self.decoder_weights()
 
         def step(embedded_t, states):
             output, states, alpha = self._step(
