@@ -26,14 +26,14 @@ instead.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
+
+from rnnkit.runner import write_csv
 
 __all__ = [
     "SpectralNormTracker",
@@ -318,7 +318,7 @@ def diagnose_language_model(
                         "sigma_bound": float(limit),
                     }
                 )
-    written["gradient_norms.csv"] = _write_csv(output_dir / "gradient_norms.csv", rows)
+    written["gradient_norms.csv"] = write_csv(output_dir / "gradient_norms.csv", rows)
     figure, axis = plots.plt.subplots(figsize=(8, 5))
     for index, (name, (mean, bound)) in enumerate(curves.items()):
         color = f"C{index // 2 if len(curves) > 1 else 0}"
@@ -340,7 +340,7 @@ def diagnose_language_model(
 
     if clipping:
         table = [{"model": k, **row} for k, rs in clipping.items() for row in rs]
-        written["clipping.csv"] = _write_csv(output_dir / "clipping.csv", table)
+        written["clipping.csv"] = write_csv(output_dir / "clipping.csv", table)
         figure, axis = plots.plt.subplots(figsize=(8, 4))
         for index, (label, steps) in enumerate(clipping.items()):
             before = [row["norm_before"] for row in steps]
@@ -373,7 +373,7 @@ def write_spectral_norms(
     output_dir = Path(output_dir)
     table = [{"model": k, **row} for k, rows in spectral.items() for row in rows]
     written = {
-        "spectral_norms.csv": _write_csv(output_dir / "spectral_norms.csv", table)
+        "spectral_norms.csv": write_csv(output_dir / "spectral_norms.csv", table)
     }
     figure, axis = plots.plt.subplots(figsize=(8, 4))
     curves: dict[str, list[tuple[int, float]]] = {}
@@ -392,19 +392,6 @@ def write_spectral_norms(
         figure, output_dir / "spectral_norms.png"
     )
     return written
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    from rnnkit.runner import write_text
-
-    names: list[str] = []
-    for row in rows:
-        names.extend(name for name in row if name not in names)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return write_text(path, buffer.getvalue())
 
 
 def compare_models(

@@ -27,6 +27,7 @@ import io
 import json
 import logging
 import math
+import numbers
 import os
 import platform
 import time
@@ -135,7 +136,10 @@ def read_history(path: Path) -> list[dict[str, float]]:
         ]
 
 
-def _history_csv(rows: list[dict[str, float]]) -> str:
+def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """Writes `rows` as CSV atomically: one column per key, in first-seen order; a
+    missing value is empty, whole numbers are written without a decimal point, other
+    floats with all their digits (`repr`)."""
     names: list[str] = []
     for row in rows:
         names.extend(name for name in row if name not in names)
@@ -143,13 +147,15 @@ def _history_csv(rows: list[dict[str, float]]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({name: _csv_number(row.get(name)) for name in names})
-    return buffer.getvalue()
+        writer.writerow({name: _csv_value(row.get(name)) for name in names})
+    return write_text(path, buffer.getvalue())
 
 
-def _csv_number(value: float | None) -> str:
+def _csv_value(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
@@ -243,7 +249,7 @@ def _history_callback(
             row = {"epoch": float(epoch + 1)}
             row.update({k: float(v) for k, v in (logs or {}).items()})
             rows[:] = [r for r in rows if r["epoch"] < epoch + 1] + [row]
-            write_text(path, _history_csv(rows))
+            write_csv(path, rows)
 
     return HistoryFile()
 

@@ -210,3 +210,21 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
     # training up to the order of float additions.
     for name, value in single.items():
         assert mirrored[name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
+
+
+def test_write_csv_keeps_numbers_exact_and_columns_in_first_seen_order(tmp_path):
+    path = runner.write_csv(
+        tmp_path / "table.csv",
+        [
+            {"step": 1, "loss": 0.1 + 0.2, "cell": "lstm"},
+            {"step": np.int64(2), "loss": np.float32(0.5), "clipped": True},
+            {"step": 3.0, "loss": None},
+        ],
+    )
+    assert path.read_text().splitlines() == [
+        "step,loss,cell,clipped",
+        "1,0.30000000000000004,lstm,",
+        "2,0.5,,True",
+        "3,,,",
+    ]
+    assert not list(tmp_path.glob("*.tmp*"))
