@@ -94,7 +94,7 @@ def main() -> None:
         return
     met = perplexity <= TARGET_PERPLEXITY
     print(
-        f"target: test perplexity {perplexity:.1f} <= {TARGET_PERPLEXITY}: "
+        f"target: test perplexity {perplexity:.2f} <= {TARGET_PERPLEXITY}: "
         + ("MET" if met else "NOT MET")
     )
 
