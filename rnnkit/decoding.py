@@ -153,8 +153,9 @@ def beam_search(
     axis, so the model runs once per step on `batch * beam_width` rows.
 
     Args:
-        model, source_ids, start_id, end_id, pad_id, suppress_ids, max_length_ratio,
-            max_length_offset, max_length: as for `greedy_search`.
+        model, source_ids, start_id, end_id, pad_id, suppress_ids: as for
+            `greedy_search`.
+        max_length_ratio, max_length_offset, max_length: as for `greedy_search`.
         beam_width: hypotheses kept per sentence (1 gives greedy search).
         n_best: how many of the final hypotheses to return, best first.
         length_penalty_alpha: alpha of the GNMT length penalty (0 ranks by log
