@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def config_table(recipe_name: str) -> str:
         else:
             allowed = ""
         default = "none" if info.default is None else f"`{info.default!r}`"
+        # Escaped: a help text may hold `<unk>`, which Markdown takes for HTML.
+        help_text = html.escape(info.help, quote=False)
         rows.append(
             f"| `{info.key}` | {cell(config_lib.type_name(info.type))} | "
-            f"{cell(default)} | {allowed} | {cell(info.help)} |"
+            f"{cell(default)} | {allowed} | {cell(help_text)} |"
         )
     return "\n".join(rows)
 

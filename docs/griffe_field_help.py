@@ -10,6 +10,7 @@ as its docstring. The text is the one `rnnkit run NAME --help` prints.
 from __future__ import annotations
 
 import ast
+import html
 
 import griffe
 
@@ -39,7 +40,8 @@ class FieldHelp(griffe.Extension):
         if "help" not in keywords:
             return
         try:
-            lines = [ast.literal_eval(keywords["help"])]
+            # Escaped: a help text may hold `<unk>`, which Markdown takes for HTML.
+            lines = [html.escape(ast.literal_eval(keywords["help"]), quote=False)]
         except ValueError:
             return
         if "choices" in keywords:

@@ -1,7 +1,7 @@
 """Draws the pictures of the docs and the README from small real runs.
 
-    python docs/make_images.py                  # docs/images/*.png (about 10 CPU-minutes)
-    python docs/make_images.py --small --output /tmp/images   # seconds: what the test runs
+    python docs/make_images.py             # docs/images/*.png, about 10 CPU-minutes
+    python docs/make_images.py --small --output /tmp/images   # seconds (the test)
 
 Nothing here is drawn by hand: each picture comes from rnnkit's own runs and plotting
 functions on real data.
@@ -57,7 +57,7 @@ DIAGNOSE = {
 
 
 def run_recipe(name: str, config_file: Path | None, values: dict, run_dir: Path):
-    """Trains recipe `name` through the runner; returns (recipe, config, model, data)."""
+    """Trains recipe `name` through the runner; returns (recipe, config, model)."""
     from rnnkit import config as config_lib
     from rnnkit import registry, runner
 
@@ -144,7 +144,9 @@ def translation_picture(size: str, output: Path, work: Path) -> Path:
         "translation",
         recipe_dir / "smoke.toml",
         {
-            "data.path": str(SHARED_DATA / "translation" / "multi30k_{split}.{lang}.gz"),
+            "data.path": str(
+                SHARED_DATA / "translation" / "multi30k_{split}.{lang}.gz"
+            ),
             "evaluation.heatmaps": 1,
             **TRANSLATION[size],
         },

@@ -79,7 +79,12 @@ class SearchResult:
 
 
 def length_penalty(lengths: Any, alpha: float) -> Any:
-    """GNMT length penalty ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+    Example:
+    >>> float(length_penalty(7, 0.5))  # ((5 + 7) / 6) ** 0.5, the square root of 2
+    1.414...
+    """
     return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)
 
 
@@ -487,6 +492,15 @@ def sampling_probabilities(
         top_k: keep only the `top_k` most probable tokens (0: all).
         top_p: keep only the nucleus, the fewest most probable tokens whose total
             probability reaches `top_p` (1: all).
+
+    Example:
+    >>> logits = np.log([0.5, 0.3, 0.2])
+    >>> sampling_probabilities(logits, top_k=2).round(3)
+    array([0.625, 0.375, 0.   ])
+    >>> sampling_probabilities(logits, top_p=0.6).round(3)  # 0.5 + 0.3 reach 0.6
+    array([0.625, 0.375, 0.   ])
+    >>> sampling_probabilities(logits, temperature=0)  # greedy
+    array([1., 0., 0.])
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0; received {temperature}")

@@ -126,7 +126,9 @@ class AirlineRecipe(Recipe):
         try:
             values = np.array([float(text) for text in inputs])
         except ValueError:
-            raise DataError("give the last months' passenger counts as numbers")
+            raise DataError(
+                "give the last months' passenger counts as numbers"
+            ) from None
         if len(values) != window + 1:
             raise DataError(f"give {window + 1} monthly values, got {len(values)}")
         changes = np.diff(np.log(values))[None, :, None].astype("float32")
