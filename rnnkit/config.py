@@ -79,6 +79,12 @@ class Bounds:
 
     `at_least`/`at_most` are inclusive limits, `above`/`below` exclusive ones, so
     `Bounds(at_least=0.0, below=1.0)` is the interval [0, 1).
+
+    Example:
+    >>> Bounds(at_least=0.0, below=1.0).describe()
+    '[0, 1)'
+    >>> Bounds(at_least=0.0, below=1.0).contains(1.0)
+    False
     """
 
     at_least: float | None = None
@@ -517,7 +523,16 @@ def resolve(
     config_file: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> ConfigT:
-    """Defaults <- TOML file <- typed overrides (e.g. from `parse_assignments`)."""
+    """Defaults <- TOML file <- typed overrides (e.g. from `parse_assignments`).
+
+    Example:
+    >>> resolve(RecipeConfig, None, {"train.epochs": 3}).train.epochs
+    3
+    >>> resolve(RecipeConfig, None, {"train.epoch": 3})
+    Traceback (most recent call last):
+    ...
+    rnnkit.errors.ConfigError: unknown config key 'train.epoch' ...; did you mean...
+    """
     config = load_toml(config_cls, config_file) if config_file else config_cls()
     return apply_values(config, overrides or {}, source="command line")
 

@@ -84,7 +84,12 @@ class SearchResult:
 
 
 def length_penalty(lengths: Any, alpha: float) -> Any:
-    """GNMT length penalty ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+    Example:
+    >>> float(length_penalty(7, 0.5))  # ((5 + 7) / 6) ** 0.5, the square root of 2
+    1.414...
+    """
     return ops.power((5.0 + ops.cast(lengths, "float32")) / 6.0, alpha)
 
 
@@ -158,8 +163,9 @@ def beam_search(
     axis, so the model runs once per step on `batch * beam_width` rows.
 
     Args:
-        model, source_ids, start_id, end_id, pad_id, suppress_ids, max_length_ratio,
-            max_length_offset, max_length: as for `greedy_search`.
+        model, source_ids, start_id, end_id, pad_id, suppress_ids: as for
+            `greedy_search`.
+        max_length_ratio, max_length_offset, max_length: as for `greedy_search`.
         beam_width: hypotheses kept per sentence (1 gives greedy search).
         n_best: how many of the final hypotheses to return, best first.
         length_penalty_alpha: alpha of the GNMT length penalty (0 ranks by log
@@ -507,6 +513,15 @@ def sampling_probabilities(
         top_k: keep only the `top_k` most probable tokens (0: all).
         top_p: keep only the nucleus, the fewest most probable tokens whose total
             probability reaches `top_p` (1: all).
+
+    Example:
+    >>> logits = np.log([0.5, 0.3, 0.2])
+    >>> sampling_probabilities(logits, top_k=2).round(3)
+    array([0.625, 0.375, 0.   ])
+    >>> sampling_probabilities(logits, top_p=0.6).round(3)  # 0.5 + 0.3 reach 0.6
+    array([0.625, 0.375, 0.   ])
+    >>> sampling_probabilities(logits, temperature=0)  # greedy
+    array([1., 0., 0.])
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0; received {temperature}")

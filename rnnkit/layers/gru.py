@@ -261,11 +261,14 @@ class GRU(RecurrentLayer):
     why.
 
     Args:
-        units, activation, recurrent_activation, use_bias, kernel_initializer,
-        recurrent_initializer, bias_initializer, kernel_regularizer,
-        recurrent_regularizer, bias_regularizer, kernel_constraint,
-        recurrent_constraint, bias_constraint, dropout, recurrent_dropout,
-        reset_after, seed: As for `GRUCell`.
+        units, activation, recurrent_activation, use_bias: As for `GRUCell`.
+        kernel_initializer, recurrent_initializer, bias_initializer: As for
+            `GRUCell`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: As for
+            `GRUCell`.
+        kernel_constraint, recurrent_constraint, bias_constraint: As for
+            `GRUCell`.
+        dropout, recurrent_dropout, reset_after, seed: As for `GRUCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step. Default: `False`.
         return_state: Also return the final h_T. Default: `False`.

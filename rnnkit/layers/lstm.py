@@ -278,11 +278,15 @@ class LSTM(RecurrentLayer):
     `execution_path` says which path the last call took and why.
 
     Args:
-        units, activation, recurrent_activation, use_bias, kernel_initializer,
-        recurrent_initializer, bias_initializer, unit_forget_bias,
-        kernel_regularizer, recurrent_regularizer, bias_regularizer,
-        kernel_constraint, recurrent_constraint, bias_constraint, dropout,
-        recurrent_dropout, seed: As for `LSTMCell`.
+        units, activation, recurrent_activation, use_bias: As for `LSTMCell`.
+        kernel_initializer, recurrent_initializer, bias_initializer: As for
+            `LSTMCell`.
+        unit_forget_bias: As for `LSTMCell`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: As for
+            `LSTMCell`.
+        kernel_constraint, recurrent_constraint, bias_constraint: As for
+            `LSTMCell`.
+        dropout, recurrent_dropout, seed: As for `LSTMCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step, not only the last.
             Default: `False`.

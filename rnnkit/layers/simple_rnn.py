@@ -18,7 +18,7 @@ class SimpleRNNCell(RecurrentCell):
 
         h_t = phi(x_t W_xh + h_{t-1} W_hh + b_h)
 
-    which is the same as [x_t, h_{t-1}] [W_xh; W_hh] + b_h: one matmul of the
+    which is the same as `[x_t, h_{t-1}] [W_xh; W_hh] + b_h`: one matmul of the
     concatenated input and state with the stacked weights. The weights are stored as
     in `keras.layers.SimpleRNNCell`: `kernel` = W_xh (input_dim, units),
     `recurrent_kernel` = W_hh (units, units), `bias` = b_h (units,).
@@ -124,10 +124,14 @@ class SimpleRNN(RecurrentLayer):
     pass of `rnnkit.layers._bptt`.
 
     Args:
-        units, activation, use_bias, kernel_initializer, recurrent_initializer,
-        bias_initializer, kernel_regularizer, recurrent_regularizer,
-        bias_regularizer, kernel_constraint, recurrent_constraint,
-        bias_constraint, dropout, recurrent_dropout, seed: As for `SimpleRNNCell`.
+        units, activation, use_bias: As for `SimpleRNNCell`.
+        kernel_initializer, recurrent_initializer, bias_initializer: As for
+            `SimpleRNNCell`.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer: As for
+            `SimpleRNNCell`.
+        kernel_constraint, recurrent_constraint, bias_constraint: As for
+            `SimpleRNNCell`.
+        dropout, recurrent_dropout, seed: As for `SimpleRNNCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step. Default: `False`.
         return_state: Also return the final h_T. Default: `False`.

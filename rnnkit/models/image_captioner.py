@@ -256,8 +256,8 @@ class ImageCaptioner(keras.Model):
 
     Example:
     >>> model = ImageCaptioner(500, image_size=32, units=64, embedding_dim=32)
-    >>> model({"image": np.zeros((2, 32, 32, 3)),
-    ...        "caption_in": np.ones((2, 5, 9), "int32")}).shape
+    >>> tuple(model({"image": np.zeros((2, 32, 32, 3)),
+    ...              "caption_in": np.ones((2, 5, 9), "int32")}).shape)
     (2, 5, 9, 500)
 
     Reference:

@@ -66,7 +66,7 @@ class LanguageModel(keras.Model):
 
     Example:
     >>> model = LanguageModel(list("abc"), units=8, embedding_dim=4, num_layers=1)
-    >>> model(np.zeros((2, 5), "int32")).shape
+    >>> tuple(model(np.zeros((2, 5), "int32")).shape)
     (2, 5, 3)
 
     Reference:

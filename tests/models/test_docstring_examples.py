@@ -10,6 +10,8 @@ MODULES = [
     "rnnkit.models.encoder_decoder",
     "rnnkit.models.sequence_classifier",
     "rnnkit.models.sequence_regressor",
+    "rnnkit.models.language_model",
+    "rnnkit.models.image_captioner",
     "rnnkit.optimizers",
 ]
 

@@ -1,0 +1,1 @@
+"""An rnnkit recipe in a package of its own (see README.md beside pyproject.toml)."""

@@ -1,0 +1,122 @@
+"""Runs the code blocks of Markdown pages (README.md, docs/) as a reader would.
+
+```python blocks run each in a fresh interpreter in an empty folder. ```bash blocks run
+command by command, in order, in one scratch folder per page where `recipes/` is the
+repository's and `../shared` (the real data the smoke configs read) lies beside it, as
+in CI: `rnnkit` commands in this process through click's CliRunner (one TensorFlow
+start-up instead of one per command), `python -c` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# pymdownx.snippets: a line `--8<-- "path"` stands for the file at path (from the root).
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.M)
+
+
+def blocks(text: str, language: str) -> list[str]:
+    """The fenced blocks of `language` in `text`, with snippet lines expanded."""
+    found = re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
+    return [
+        SNIPPET.sub(lambda m: (ROOT / m.group(1)).read_text(encoding="utf-8"), block)
+        for block in found
+    ]
+
+
+def block_id(block: str) -> str:
+    return block.strip().splitlines()[0][:50]
+
+
+def run_python(source: str, folder: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", source],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def shell_commands(block: str) -> list[str]:
+    joined = block.replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if line.strip()]
+
+
+def make_workdir(parent: Path) -> Path:
+    """A scratch checkout: the repository's `recipes/`, and `../shared` beside it."""
+    folder = parent / "rnnkit"
+    folder.mkdir()
+    (folder / "recipes").symlink_to(ROOT / "recipes", target_is_directory=True)
+    shared = ROOT.parent / "shared"
+    if shared.is_dir():
+        (folder.parent / "shared").symlink_to(shared, target_is_directory=True)
+    return folder
+
+
+def prepare(command: str, workdir: Path) -> None:
+    """Creates what a command expects the user to have (their files, a broken run)."""
+    from tests.shared_data import require
+    from tests.stock_support import SP500_FILE, write_sp500_slice
+
+    if "all_stocks_5yr.csv" in command:
+        require(SP500_FILE)
+        write_sp500_slice(workdir / "all_stocks_5yr.csv")
+    if "photo.jpg" in command and not (workdir / "photo.jpg").exists():
+        from tests.recipes.test_captioning import IMAGE_ZIP, real_images
+
+        if not IMAGE_ZIP.is_file():
+            pytest.skip(f"{IMAGE_ZIP} is not available")
+        with zipfile.ZipFile(IMAGE_ZIP) as archive:
+            (name,) = real_images(1, "Flickr_8k.testImages.txt")
+            (workdir / "photo.jpg").write_bytes(
+                archive.read(f"flickr8k_images_256/{name}")
+            )
+    resume = re.search(r"--resume (\S+)", command)
+    if resume and not (workdir / resume.group(1)).exists():
+        from rnnkit_recipes.stock.recipe import StockRecipe
+
+        from rnnkit import runner
+        from tests.stock_support import smoke_config
+        from tests.test_runner import InterruptAt
+
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(
+                StockRecipe(),
+                smoke_config(),
+                workdir / resume.group(1),
+                verbose=0,
+                callbacks=[InterruptAt(1)],
+            )
+
+
+def run_shell_block(block: str, workdir: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from rnnkit.cli import main
+
+    monkeypatch.chdir(workdir)
+    for command in shell_commands(block):
+        prepare(command, workdir)
+        words = shlex.split(command)
+        if words[0] == "rnnkit":
+            result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
+            assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
+        elif words[0] == "python":
+            completed = subprocess.run(
+                [sys.executable, *words[1:]], capture_output=True, text=True
+            )
+            assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
+        else:
+            pytest.fail(f"a command this test cannot run: {command}")

@@ -1,0 +1,262 @@
+"""The docs site builds offline with `mkdocs build --strict`, and its examples run.
+
+Every ```python, ```bash and ```toml block of the hand-written pages under docs/ runs
+here as tests/test_readme.py runs the README's (helpers: tests/markdown_examples.py).
+Two kinds of block are run elsewhere: the opening set-up commands of docs/index.md
+are README's own (checked equal here, run by CI), and the plugin-install commands of
+the own-recipe guide run in tests/test_example_recipe.py. The recipe pages are
+generated from recipes/*/README.md at build time (docs/gen_pages.py).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from tests.markdown_examples import (
+    ROOT,
+    block_id,
+    blocks,
+    make_workdir,
+    run_python,
+    run_shell_block,
+)
+
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+OWN_RECIPE_PAGE = DOCS / "guides" / "own-recipe.md"
+IMAGES = (
+    "stock_forecast.png",
+    "attention_heatmap.png",
+    "lstm_gates.png",
+    "vanishing_gradients.png",
+)
+
+
+def page_blocks(language: str) -> list[tuple[Path, str]]:
+    return [
+        (page, block)
+        for page in PAGES
+        for block in blocks(page.read_text(encoding="utf-8"), language)
+    ]
+
+
+def example_id(example) -> str:
+    page, block = example
+    return f"{page.relative_to(DOCS)}: {block_id(block)}"
+
+
+def shell_examples() -> list[tuple[Path, str]]:
+    examples = page_blocks("bash")
+    setup = (
+        DOCS / "index.md",
+        blocks((DOCS / "index.md").read_text("utf-8"), "bash")[0],
+    )
+    return [
+        (page, block)
+        for page, block in examples
+        if (page, block) != setup and page != OWN_RECIPE_PAGE
+    ]
+
+
+# -- The site --------------------------------------------------------------------------
+
+
+def mkdocs_env() -> dict[str, str]:
+    # In a virtual environment nbconvert looks for its templates under the venv's
+    # prefix only; the base interpreter's share/jupyter holds them.
+    jupyter_path = os.pathsep.join(
+        p
+        for p in (os.environ.get("JUPYTER_PATH"), f"{sys.base_prefix}/share/jupyter")
+        if p
+    )
+    return {
+        **os.environ,
+        "JUPYTER_PATH": jupyter_path,
+        # Banners of the MkDocs 2 debate, printed on every build.
+        "NO_MKDOCS_2_WARNING": "1",
+        "DISABLE_MKDOCS_2_WARNING": "true",
+    }
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--site-dir",
+            str(site_dir),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=mkdocs_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    return site_dir
+
+
+def read(site: Path, page: str) -> str:
+    return (site / page / "index.html").read_text(encoding="utf-8")
+
+
+def test_recipe_pages_are_the_recipe_readmes_with_their_config_keys(site):
+    from rnnkit import config, registry
+
+    for readme in sorted((ROOT / "recipes").glob("*/README.md")):
+        name = readme.parent.name
+        page = read(site, f"recipes/{name}")
+        title = readme.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
+        assert html.escape(title, quote=False) in page, name
+        for info in config.fields_of(registry.load(name).Config):
+            assert f"<code>{info.key}</code>" in page, (name, info.key)
+            assert html.escape(info.help, quote=False) in page, (name, info.key)
+
+
+def test_config_reference_shows_every_field_help(site):
+    import dataclasses
+
+    from rnnkit.config import TrainConfig
+
+    page = read(site, "reference/config")
+    for declared in dataclasses.fields(TrainConfig):
+        assert f'id="rnnkit.config.TrainConfig.{declared.name}"' in page
+        help_text = html.escape(declared.metadata["help"], quote=False)
+        assert help_text in page, declared.name
+
+
+def test_api_reference_documents_the_public_layers(site):
+    import rnnkit.layers
+
+    page = read(site, "reference/layers")
+    for name in dir(rnnkit.layers):
+        if isinstance(getattr(rnnkit.layers, name), type):
+            assert f'id="rnnkit.layers.{name}"' in page, name
+
+
+def test_notebooks_are_rendered_with_their_outputs(site):
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        page = read(site, f"notebooks/{notebook.stem}")
+        assert "jp-Notebook" in page, notebook.name
+        if '"image/png"' in notebook.read_text(encoding="utf-8"):
+            assert "data:image/png;base64," in page, notebook.name
+
+
+def test_site_needs_nothing_from_the_network(site):
+    """No web fonts, analytics, or scripts and styles from elsewhere."""
+    remote = re.compile(
+        r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"", re.I
+    )
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        found = remote.findall(text)
+        assert not found, (page.relative_to(site), found[:3])
+        assert "fonts.googleapis" not in text, page.relative_to(site)
+
+
+# -- The examples on the pages --------------------------------------------------------
+
+
+@pytest.mark.parametrize("example", page_blocks("python"), ids=example_id)
+def test_docs_python_example_runs(example, tmp_path):
+    page, source = example
+    run_python(source, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def workdirs(tmp_path_factory):
+    """One scratch folder per page: a page's commands build on each other."""
+    folders: dict[Path, Path] = {}
+
+    def folder(page: Path) -> Path:
+        if page not in folders:
+            folders[page] = make_workdir(tmp_path_factory.mktemp(page.stem))
+        return folders[page]
+
+    return folder
+
+
+@pytest.mark.parametrize("example", shell_examples(), ids=example_id)
+def test_docs_shell_commands_run(example, workdirs, monkeypatch):
+    page, block = example
+    run_shell_block(block, workdirs(page), monkeypatch)
+
+
+def test_docs_home_opens_with_the_readme_commands():
+    home = blocks((DOCS / "index.md").read_text("utf-8"), "bash")[0]
+    readme = blocks((ROOT / "README.md").read_text("utf-8"), "bash")[0]
+    assert home == readme
+
+
+@pytest.mark.parametrize("example", page_blocks("toml"), ids=example_id)
+def test_docs_toml_example_is_a_valid_config(example, tmp_path):
+    """A config file shown in the docs loads with the recipe its comment names."""
+    from rnnkit import config, registry
+
+    page, text = example
+    document = tomllib.loads(text)
+    command = re.search(r"rnnkit run (\w+) --config (\S+)", text)
+    if "project" in document:  # the example plugin's pyproject.toml
+        entry_points = document["project"]["entry-points"]["rnnkit.recipes"]
+        assert entry_points, page
+        return
+    assert command, f"{page}: say which recipe the file configures"
+    path = tmp_path / command.group(2)
+    path.write_text(text, encoding="utf-8")
+    loaded = config.load_toml(registry.load(command.group(1)).Config, path)
+    for section, values in document.items():
+        for key, value in values.items():
+            assert loaded.get(f"{section}.{key}") == value
+
+
+# -- Pictures -------------------------------------------------------------------------
+
+
+def test_committed_pictures_are_small_and_linked():
+    linked = "".join(page.read_text("utf-8") for page in PAGES)
+    linked += (ROOT / "README.md").read_text("utf-8")
+    for name in IMAGES:
+        path = DOCS / "images" / name
+        assert path.is_file(), name
+        assert 10_000 < path.stat().st_size < 200_000, (name, path.stat().st_size)
+        assert f"images/{name}" in linked, f"{name} is on no page"
+
+
+def test_make_images_draws_every_picture(tmp_path):
+    """docs/make_images.py at its smallest size: real data, tiny runs."""
+    import numpy as np
+    from PIL import Image
+
+    result = subprocess.run(
+        [sys.executable, "docs/make_images.py", "--small", "--output", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in IMAGES:
+        with Image.open(tmp_path / name) as image:
+            pixels = np.asarray(image.convert("L"), dtype="float64")
+        assert image.format == "PNG", name
+        assert min(pixels.shape) >= 150, (name, pixels.shape)
+        # Not blank: a drawn figure has many distinct grey levels.
+        assert len(np.unique(pixels)) > 20, name
