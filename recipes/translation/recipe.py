@@ -169,6 +169,13 @@ class TranslationTrainConfig(TrainConfig):
     clipnorm: float = field(
         1.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
     )
+    label_smoothing: float = field(
+        0.0,
+        help="Spread this share of each target token's probability evenly over the "
+        "vocabulary (0: plain cross-entropy).",
+        at_least=0.0,
+        below=1.0,
+    )
 
 
 @dataclasses.dataclass
@@ -234,6 +241,7 @@ class TranslationRecipe(Recipe):
         import keras
 
         from rnnkit.data.parallel_text import PAD_ID
+        from rnnkit.losses import SparseLabelSmoothingCrossentropy
         from rnnkit.models.encoder_decoder import EncoderDecoder
 
         _check(config)
@@ -249,8 +257,8 @@ class TranslationRecipe(Recipe):
             optimizer=keras.optimizers.Adam(
                 config.train.learning_rate, clipnorm=config.train.clipnorm or None
             ),
-            loss=keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True, ignore_class=PAD_ID
+            loss=SparseLabelSmoothingCrossentropy(
+                config.train.label_smoothing, from_logits=True, ignore_class=PAD_ID
             ),
         )
         return model

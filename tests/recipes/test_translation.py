@@ -153,6 +153,37 @@ def test_reloaded_model_translates_with_greedy_and_beam_search(smoke_run):
             )
 
 
+def test_label_smoothing_reaches_the_training_loss(smoke_run):
+    """train.label_smoothing=0 is Keras' sparse cross-entropy without the pads; > 0
+    moves the loss on real Multi30k batches (the equations are in test_losses)."""
+    import keras
+    import numpy as np
+
+    from rnnkit.data.parallel_text import PAD_ID
+
+    run_dir, _ = smoke_run
+    recipe = TranslationRecipe()
+    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
+    config = config.with_values({"data.limit": 64})
+    data = recipe.load_data(config)
+    trained = runner.load_model(run_dir / "model.keras")
+    keras_loss = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, ignore_class=PAD_ID
+    )
+    losses = {}
+    for epsilon in (0.0, 0.1):
+        model = recipe.build_model(
+            config.with_values({"train.label_smoothing": epsilon}), data
+        )
+        model.set_weights(trained.get_weights())
+        losses[epsilon] = model.evaluate(data.validation, verbose=0)
+        if epsilon == 0.0:
+            model.compile(optimizer="adam", loss=keras_loss)
+            want = model.evaluate(data.validation, verbose=0)
+            np.testing.assert_allclose(losses[0.0], want, rtol=1e-5)
+    assert abs(losses[0.1] - losses[0.0]) > 0.01
+
+
 def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     """`rnnkit predict` in a fresh process, with the recipe's --beam and --n-best."""
     run_dir, _ = smoke_run

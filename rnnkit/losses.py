@@ -1,0 +1,105 @@
+"""Losses for sequence outputs: sparse cross-entropy with label smoothing and padding.
+
+`keras.losses.SparseCategoricalCrossentropy` takes integer targets and skips a padding
+class (`ignore_class`) but has no label smoothing; `CategoricalCrossentropy` smooths but
+needs one-hot targets, which for a sequence model's output (batch x length x
+vocabulary) costs a tensor as large as the logits and has no `ignore_class`.
+`SparseLabelSmoothingCrossentropy` does both on integer targets. With smoothing
+epsilon over K classes the target distribution is (1 - epsilon) on the true class plus
+epsilon / K on every class (Szegedy et al. 2016, as in Keras' `CategoricalCrossentropy`),
+so the loss per token is
+
+    (1 - epsilon) * (-log p_y) + epsilon * mean_k(-log p_k)
+
+Tokens whose target is `ignore_class` contribute nothing, and the mean is taken over
+the other tokens, as Keras' own `ignore_class` does. With `label_smoothing=0` it
+computes exactly what `SparseCategoricalCrossentropy(ignore_class=...)` computes.
+
+    >>> import numpy as np
+    >>> loss = SparseLabelSmoothingCrossentropy(
+    ...     label_smoothing=0.1, from_logits=True, ignore_class=0
+    ... )
+    >>> logits = np.zeros((1, 3, 4), "float32")  # uniform over 4 classes
+    >>> round(float(loss(np.array([[2, 3, 0]]), logits)), 4)  # = log 4
+    1.3863
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class SparseLabelSmoothingCrossentropy(keras.losses.Loss):
+    """Cross-entropy on integer targets with label smoothing and an ignored class.
+
+    Args:
+        label_smoothing: epsilon in [0, 1): the probability mass spread evenly over
+            all classes.
+        from_logits: whether predictions are logits (else probabilities).
+        ignore_class: a target id (padding) that contributes no loss and is not
+            counted in the mean; None counts every token.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+    """
+
+    def __init__(
+        self,
+        label_smoothing: float = 0.0,
+        from_logits: bool = False,
+        ignore_class: int | None = None,
+        reduction: str = "sum_over_batch_size",
+        name: str = "sparse_label_smoothing_crossentropy",
+        dtype=None,
+    ):
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(
+                f"label_smoothing must be in [0, 1), got {label_smoothing!r}"
+            )
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.label_smoothing = float(label_smoothing)
+        self.from_logits = from_logits
+        self.ignore_class = ignore_class
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.convert_to_tensor(y_pred)
+        if self.from_logits:
+            log_probs = ops.log_softmax(y_pred, axis=-1)
+        else:
+            epsilon = keras.config.epsilon()
+            log_probs = ops.log(ops.clip(y_pred, epsilon, 1.0 - epsilon))
+        y_true = ops.cast(y_true, "int32")
+        if len(y_true.shape) == len(log_probs.shape):  # a trailing axis of 1
+            y_true = ops.squeeze(y_true, axis=-1)
+        valid = None
+        if self.ignore_class is not None:
+            valid = ops.not_equal(y_true, self.ignore_class)
+            y_true = ops.where(valid, y_true, ops.zeros_like(y_true))
+        true_log_prob = ops.take_along_axis(
+            log_probs, ops.expand_dims(y_true, -1), axis=-1
+        )[..., 0]
+        losses = -true_log_prob
+        if self.label_smoothing:
+            losses = (1.0 - self.label_smoothing) * losses - (
+                self.label_smoothing * ops.mean(log_probs, axis=-1)
+            )
+        if valid is None:
+            return losses
+        valid = ops.cast(valid, losses.dtype)
+        if self.reduction != "sum_over_batch_size":
+            return losses * valid
+        # Zero the ignored tokens and scale the others by all / valid, so that the
+        # mean over all tokens ("sum_over_batch_size") is the mean over the valid
+        # ones: what Keras' ignore_class does through the mask.
+        total = ops.cast(ops.size(valid), losses.dtype)
+        scale = total / ops.maximum(ops.sum(valid), 1.0)
+        return losses * valid * scale
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            label_smoothing=self.label_smoothing,
+            from_logits=self.from_logits,
+            ignore_class=self.ignore_class,
+        )
+        return config
