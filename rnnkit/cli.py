@@ -239,8 +239,40 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
         click.echo(format_table(metrics["backtest"]["mean"]))
 
 
+DRY_RUN_OPTION = click.Option(
+    ["--dry-run"],
+    is_flag=True,
+    help="Check the command and its config (values, ranges, config file), print the "
+    "resolved config and exit, without loading data, training or writing anything.",
+)
+
+
+def _dry_run(recipe: Recipe, params: dict[str, Any], what: str) -> None:
+    """Resolves the config as the real command would, prints it, touches nothing."""
+    with user_errors():
+        if params.get("resume") is not None:
+            config = config_lib.load_toml(
+                recipe.Config, Path(params["resume"]) / "config.toml"
+            )
+        else:
+            config = _resolve_config(recipe, params)
+    click.echo(config_lib.to_toml(config, f"rnnkit {recipe.name}: resolved config"))
+    click.echo(f"Dry run: the config is valid; {what}")
+
+
 def _run_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        if params.pop("dry_run"):
+            run_dir = params["resume"] or params["run_dir"]
+            where = run_dir or f"runs/{recipe.name}/<timestamp>"
+            if params["resume"] is None and run_dir and any(Path(run_dir).glob("*")):
+                with user_errors():
+                    raise RnnkitError(
+                        f"run directory {run_dir} is not empty; choose another "
+                        f"--run-dir, or continue it with --resume {run_dir}"
+                    )
+            _dry_run(recipe, params, f"without --dry-run it trains into {where}")
+            return
         _load_frameworks()
         from rnnkit import runner
 
@@ -274,6 +306,7 @@ def _run_command(recipe: Recipe) -> click.Command:
             type=click.Path(file_okay=False, exists=True, path_type=Path),
             help="Continue the interrupted run in this directory.",
         ),
+        DRY_RUN_OPTION,
         *_field_options(recipe.Config),
     ]
     return click.Command(
@@ -378,6 +411,15 @@ def _predict_options(recipe: Recipe, args: list[str]) -> tuple[list[str], dict]:
 
 def _tune_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        if params.pop("dry_run"):
+            where = params["tune_dir"] or Path("runs") / recipe.name / "tuning"
+            _dry_run(
+                recipe,
+                params,
+                f"without --dry-run it searches {params['max_trials']} trial(s) "
+                f"into {where}",
+            )
+            return
         _load_frameworks()
         from rnnkit import tuning
 
@@ -432,6 +474,7 @@ def _tune_command(recipe: Recipe) -> click.Command:
         click.Option(
             ["--overwrite"], is_flag=True, help="Start afresh instead of resuming."
         ),
+        DRY_RUN_OPTION,
         *_config_params(),
         *_field_options(recipe.Config),
     ]

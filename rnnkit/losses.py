@@ -5,9 +5,9 @@ class (`ignore_class`) but has no label smoothing; `CategoricalCrossentropy` smo
 needs one-hot targets, which for a sequence model's output (batch x length x
 vocabulary) costs a tensor as large as the logits and has no `ignore_class`.
 `SparseLabelSmoothingCrossentropy` does both on integer targets. With smoothing
-epsilon over K classes the target distribution is (1 - epsilon) on the true class plus
-epsilon / K on every class (Szegedy et al. 2016, as in Keras' `CategoricalCrossentropy`),
-so the loss per token is
+epsilon over K classes the target distribution is (1 - epsilon) on the true class
+plus epsilon / K on every class (Szegedy et al. 2016, as in Keras'
+`CategoricalCrossentropy`), so the loss per token is
 
     (1 - epsilon) * (-log p_y) + epsilon * mean_k(-log p_k)
 

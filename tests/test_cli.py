@@ -134,6 +134,47 @@ def test_resume_refuses_config_options(tmp_path):
     assert "leave out --epochs" in result.output
 
 
+def test_dry_run_checks_and_prints_the_config_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(
+        "run", "stock", "--config", str(SMOKE_CONFIG),
+        "--set", "model.units=24", "--epochs", "2", "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "units = 24" in result.output and "epochs = 2" in result.output
+    assert "without --dry-run it trains into runs/stock/<timestamp>" in result.output
+    assert list(tmp_path.iterdir()) == []  # no run directory, no data cache
+
+    result = invoke("tune", "stock", "--max-trials", "3", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "searches 3 trial(s) into runs/stock/tuning" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--epochs", "0"], "train.epochs"),
+        (["--set", "model.unit=3"], "model.unit"),
+        (["--config", "missing.toml"], "config file not found: missing.toml"),
+    ],
+)
+def test_dry_run_fails_as_the_real_run_would(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", "stock", *args, "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_dry_run_refuses_a_run_directory_in_use(tmp_path):
+    (tmp_path / "config.toml").write_text("")
+    result = CliRunner().invoke(
+        main, ["run", "stock", "--run-dir", str(tmp_path), "--dry-run"]
+    )
+    assert result.exit_code == 1
+    assert f"run directory {tmp_path} is not empty" in result.output
+
+
 def test_subprocess_run_evaluate_predict(tmp_path):
     run_dir = tmp_path / "run"
     result = run_rnnkit(

@@ -5,7 +5,8 @@ here as tests/test_readme.py runs the README's (helpers: tests/markdown_examples
 Two kinds of block are run elsewhere: the opening set-up commands of docs/index.md
 are README's own (checked equal here, run by CI), and the plugin-install commands of
 the own-recipe guide run in tests/test_example_recipe.py. The recipe pages are
-generated from recipes/*/README.md at build time (docs/gen_pages.py).
+generated from recipes/*/README.md at build time (docs/gen_pages.py); their commands
+are checked without training at the end of this file.
 """
 
 from __future__ import annotations
@@ -260,3 +261,85 @@ def test_make_images_draws_every_picture(tmp_path):
         assert min(pixels.shape) >= 150, (name, pixels.shape)
         # Not blank: a drawn figure has many distinct grey levels.
         assert len(np.unique(pixels)) > 20, name
+
+
+# -- The commands of the recipe pages -------------------------------------------------
+# The recipe pages (recipes/*/README.md) list full-size commands: hour-long trainings,
+# downloads, benchmarks. Their smoke-config runs, predictions and evaluations run in
+# the recipe tests; here every command line is checked as far as it can be without
+# training: `rnnkit run/tune` with --dry-run (recipe, config file, every --set key and
+# value, every option), `predict/evaluate/diagnose` parsed by the launcher with the
+# recipe's own predict options and config keys, and `python benchmarks/...` against
+# the script's --help.
+
+RECIPE_READMES = sorted((ROOT / "recipes").glob("*/README.md"))
+
+
+def recipe_commands() -> list[tuple[str, str]]:
+    from tests.markdown_examples import shell_commands
+
+    return [
+        (readme.parent.name, command.split(" #")[0].strip())
+        for readme in RECIPE_READMES
+        for block in blocks(readme.read_text(encoding="utf-8"), "bash")
+        for command in shell_commands(block)
+    ]
+
+
+def test_recipe_pages_have_commands():
+    assert {name for name, _ in recipe_commands()} >= {
+        "captioning", "language_model", "sentiment", "translation"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "recipe_name, command", recipe_commands(), ids=lambda value: value[:60]
+)
+def test_recipe_page_command_is_valid(recipe_name, command, tmp_path, monkeypatch):
+    import shlex
+
+    from click.testing import CliRunner
+
+    from rnnkit import cli, registry
+    from rnnkit import config as config_lib
+
+    monkeypatch.chdir(ROOT)  # the pages' paths are relative to the repository root
+    words = shlex.split(command)
+    if words[0] == "python":
+        script, *options = words[1:]
+        assert (ROOT / script).is_file(), script
+        result = subprocess.run(
+            [sys.executable, script, "--help"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        for option in options:
+            if option.startswith("--"):
+                assert option.split("=")[0] in result.stdout, (script, option)
+        return
+    assert words[0] == "rnnkit", command
+    action, *args = words[1:]
+    if action in ("run", "tune"):
+        if "--run-dir" in args:  # a fresh folder, as the page's first run has
+            args[args.index("--run-dir") + 1] = str(tmp_path / "run")
+        result = CliRunner().invoke(cli.main, [action, *args, "--dry-run"])
+        assert result.exit_code == 0, result.output[-2000:]
+        assert "Dry run: the config is valid" in result.output
+        return
+    # predict, evaluate, diagnose: RUN_DIR and inputs are the reader's; parse the
+    # options with the launcher, and the recipe's predict options and config keys.
+    recipe = registry.load(recipe_name)
+    placeholder = str(tmp_path)
+    command_obj = cli.main.get_command(None, action)
+    assert command_obj is not None, action
+    if action in ("predict", "evaluate") or (args and not args[0].startswith("-")):
+        args[0] = placeholder
+    context = command_obj.make_context(action, list(args))
+    if action == "predict":
+        texts, overrides = cli._predict_options(recipe, list(args[1:]))
+        assert texts, command
+        recipe.Config().with_values(overrides)
+    if action == "evaluate":
+        config_lib.parse_assignments(
+            recipe.Config, list(context.params.get("assignments") or ())
+        )
