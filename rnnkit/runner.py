@@ -117,7 +117,9 @@ def load_model(path: str | Path) -> keras.Model:
     import keras
 
     import rnnkit.layers  # noqa: F401 - registers the rnnkit layers for deserialization
+    import rnnkit.losses  # noqa: F401 - the losses a saved compile config names
     import rnnkit.models  # noqa: F401 - and the custom pieces of the rnnkit models
+    import rnnkit.optimizers  # noqa: F401 - and the optimizers
 
     path = Path(path)
     if not path.is_file():
