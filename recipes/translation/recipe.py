@@ -614,9 +614,17 @@ def teacher_forced_figures(model: keras.Model, dataset) -> dict[str, float]:
     import numpy as np
     from keras import ops
 
+    import tensorflow as tf
+
+    # One compiled forward pass for every batch shape (an eager call would run the
+    # recurrent loops step by step in Python; Keras' predict step retraces per shape).
+    forward = tf.function(
+        lambda inputs: ops.log_softmax(model(inputs, training=False), axis=-1),
+        reduce_retracing=True,
+    )
     total_log_prob, correct, count = 0.0, 0, 0
     for inputs, target_out in dataset:
-        log_probs = ops.convert_to_numpy(ops.log_softmax(model(inputs), axis=-1))
+        log_probs = ops.convert_to_numpy(forward(inputs))
         target_out = np.asarray(target_out)
         real = target_out != 0
         picked = np.take_along_axis(log_probs, target_out[..., None], axis=-1)[..., 0]
