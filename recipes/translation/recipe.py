@@ -612,9 +612,8 @@ def translate(
 def teacher_forced_figures(model: keras.Model, dataset) -> dict[str, float]:
     """Token accuracy and perplexity of the model on a batched split (pads excluded)."""
     import numpy as np
-    from keras import ops
-
     import tensorflow as tf
+    from keras import ops
 
     # One compiled forward pass for every batch shape (an eager call would run the
     # recurrent loops step by step in Python; Keras' predict step retraces per shape).
