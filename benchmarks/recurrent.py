@@ -8,8 +8,17 @@ training step (forward + backward + Adam update, `train_on_batch`) and for
 inference (`predict_on_batch`), and the ratio rnnkit / keras (> 1: rnnkit faster),
 then the path (`execution_path`) each rnnkit call took.
 
+The header names the CPU and the fp32 matmul peak measured through the backend
+(`keras.ops.matmul` of 2048 and 4096 squares, best of 3); each row then gives the
+GFLOP/s of rnnkit's training step, counting 3x the forward recurrent matmuls
+(T x 2 (input + hidden) x gates x hidden per sequence; gates = 4 for the LSTM, 3 for
+the GRU), and its fraction of that peak. `--torch` adds `torch.nn.LSTM`/`GRU` with
+the same sizes and threads (batch first, a Linear(1) head on the last output, Adam)
+as a third column, interleaved in the same rounds.
+
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
+    python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
 """
 
 from __future__ import annotations
@@ -23,10 +32,63 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import cpu_line  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
 
 BATCH, FEATURES = 64, 64
+GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}
+
+
+def matmul_peak(sizes=(2048, 4096), repeats=3) -> float:
+    """Best fp32 matmul GFLOP/s through the backend over `sizes` squares."""
+    best = 0.0
+    for n in sizes:
+        a = keras.ops.convert_to_tensor(
+            np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+        )
+        keras.ops.convert_to_numpy(keras.ops.matmul(a, a))  # warm up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            keras.ops.convert_to_numpy(keras.ops.matmul(a, a))
+            best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def training_gflop(family, steps_in_time, units) -> float:
+    """GFLOP of one training step's recurrent matmuls (3x the forward pass)."""
+    forward = steps_in_time * 2 * (FEATURES + units) * GATES[family] * units * BATCH
+    return 3 * forward / 1e9
+
+
+def torch_model(family, units):
+    """torch.nn.LSTM/GRU -> Linear(1) on the last output, Adam: the keras model."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, family)(FEATURES, units, batch_first=True)
+            self.head = torch.nn.Linear(units, 1)
+
+        def forward(self, x):
+            outputs, _ = self.rnn(x)
+            return self.head(outputs[:, -1])
+
+    model = Model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+    def infer(x):
+        with torch.inference_mode():
+            return model(x)
+
+    return train, infer
 
 
 def build(layer):
@@ -44,30 +106,41 @@ def time_call(function, steps):
     return (time.perf_counter() - start) / steps
 
 
-def run_config(family, steps_in_time, units, rounds, steps_per_round):
+def run_config(family, steps_in_time, units, rounds, steps_per_round, with_torch):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
     y = rng.standard_normal((BATCH, 1), dtype=np.float32)
     builtin = build(getattr(keras.layers, family)(units))
     ours = build(getattr(rnnkit.layers, family)(units))
     ours.set_weights(builtin.get_weights())
-    models = {"rnnkit": ours, "keras": builtin}
-    # Trace and warm up both; a layer sets `execution_path` when a step is traced.
-    ours.train_on_batch(x, y)
-    paths = {"training": ours.layers[0].execution_path}
-    ours.predict_on_batch(x)
-    paths["inference"] = ours.layers[0].execution_path
-    builtin.train_on_batch(x, y)
-    builtin.predict_on_batch(x)
-    timings = {(name, kind): [] for name in models for kind in ("train", "infer")}
+    # name -> (training step, inference step)
+    steps = {
+        name: (
+            lambda m=model: m.train_on_batch(x, y),
+            lambda m=model: m.predict_on_batch(x),
+        )
+        for name, model in (("rnnkit", ours), ("keras", builtin))
+    }
+    if with_torch:
+        import torch
+
+        train, infer = torch_model(family, units)
+        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+        steps["torch"] = (lambda: train(tx, ty), lambda: infer(tx))
+    # Trace and warm up every one; a layer sets `execution_path` when a step is traced.
+    paths = {}
+    for name, (train_step, infer_step) in steps.items():
+        train_step()
+        if name == "rnnkit":
+            paths["training"] = ours.layers[0].execution_path
+        infer_step()
+        if name == "rnnkit":
+            paths["inference"] = ours.layers[0].execution_path
+    timings = {(name, kind): [] for name in steps for kind in ("train", "infer")}
     for _ in range(rounds):
-        for name, model in models.items():
-            timings[name, "train"].append(
-                time_call(lambda m=model: m.train_on_batch(x, y), steps_per_round)
-            )
-            timings[name, "infer"].append(
-                time_call(lambda m=model: m.predict_on_batch(x), steps_per_round)
-            )
+        for name, (train_step, infer_step) in steps.items():
+            timings[name, "train"].append(time_call(train_step, steps_per_round))
+            timings[name, "infer"].append(time_call(infer_step, steps_per_round))
     rates = {key: BATCH / statistics.median(values) for key, values in timings.items()}
     return rates, paths
 
@@ -80,20 +153,29 @@ def main():
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps-per-round", type=int, default=2)
+    parser.add_argument(
+        "--torch", action="store_true", help="Add torch.nn.LSTM/GRU as a third column."
+    )
     args = parser.parse_args()
-    devices = [
-        d.device_type for d in __import__("tensorflow").config.list_logical_devices()
-    ]
+    if args.torch:
+        import torch
+
+        torch.set_num_threads(os.cpu_count())
+    peak = matmul_peak()
+    print(f"CPU: {cpu_line()}")
     print(
-        f"keras {keras.__version__}, backend {keras.backend.backend()}, devices "
-        f"{devices}, {os.cpu_count()} CPU cores, batch {BATCH}, input {FEATURES}, "
+        f"keras {keras.__version__}, backend {keras.backend.backend()}, "
+        f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
         f"{args.rounds} interleaved rounds x {args.steps_per_round} steps"
+        + (f", torch {__import__('torch').__version__}" if args.torch else "")
     )
     header = (
         f"{'layer':5} {'seq':>4} {'hidden':>6} | {'train seq/s rnnkit':>18} "
-        f"{'keras':>8} {'ratio':>6} | {'infer seq/s rnnkit':>18} {'keras':>8} "
-        f"{'ratio':>6}"
-    )
+        f"{'keras':>8} {'ratio':>6} {'GFLOP/s':>8} {'of peak':>7} | "
+        f"{'infer seq/s rnnkit':>18} {'keras':>8} {'ratio':>6}"
+        + (f" | {'torch train':>11} {'ratio':>6} {'torch infer':>11} {'ratio':>6}"
+           if args.torch else "")
+    )  # fmt: skip
     print(header)
     print("-" * len(header))
     path_notes = set()
@@ -101,20 +183,37 @@ def main():
         for config in args.configs.split(","):
             steps_in_time, units = (int(v) for v in config.split("x"))
             rates, paths = run_config(
-                family, steps_in_time, units, args.rounds, args.steps_per_round
+                family,
+                steps_in_time,
+                units,
+                args.rounds,
+                args.steps_per_round,
+                args.torch,
             )
             train = rates["rnnkit", "train"] / rates["keras", "train"]
             infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
-            print(
+            gflops = training_gflop(family, steps_in_time, units) * (
+                rates["rnnkit", "train"] / BATCH
+            )
+            line = (
                 f"{family:5} {steps_in_time:>4} {units:>6} | "
                 f"{rates['rnnkit', 'train']:>18.1f} {rates['keras', 'train']:>8.1f} "
-                f"{train:>5.2f}x | {rates['rnnkit', 'infer']:>18.1f} "
-                f"{rates['keras', 'infer']:>8.1f} {infer:>5.2f}x",
-                flush=True,
+                f"{train:>5.2f}x {gflops:>8.1f} {gflops / peak:>7.0%} | "
+                f"{rates['rnnkit', 'infer']:>18.1f} "
+                f"{rates['keras', 'infer']:>8.1f} {infer:>5.2f}x"
             )
+            if args.torch:
+                line += (
+                    f" | {rates['torch', 'train']:>11.1f} "
+                    f"{rates['rnnkit', 'train'] / rates['torch', 'train']:>5.2f}x "
+                    f"{rates['torch', 'infer']:>11.1f} "
+                    f"{rates['rnnkit', 'infer'] / rates['torch', 'infer']:>5.2f}x"
+                )
+            print(line, flush=True)
             path_notes.update(paths.items())
     for kind, path in sorted(path_notes):
         print(f"rnnkit {kind}: {path}")
+    print("ratio: rnnkit sequences/s over the other's (above 1: rnnkit faster)")
 
 
 if __name__ == "__main__":
