@@ -16,17 +16,20 @@ the search (`overwrite=True` starts afresh), and receives two results:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import logging
 import math
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from rnnkit import config as config_lib
 from rnnkit import runner
+from rnnkit import tuning_cluster as cluster
 from rnnkit.errors import ConfigError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 
@@ -47,6 +50,17 @@ class TuneResult:
     trials_path: Path
     best_score: float
     completed: int
+    best_trial_id: str
+    best_values: dict[str, Any]
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    """The trials one worker ran: (trial id, status) in the order it ran them."""
+
+    worker_id: str
+    chief: str
+    trials: list[tuple[str, str]]
 
 
 def _make_hypermodel(recipe: Recipe, config: RecipeConfig, verbose: int | str) -> Any:
@@ -142,6 +156,8 @@ def tune(
     directory: str | Path | None = None,
     overwrite: bool = False,
     verbose: int | str = "auto",
+    chief: str | None = None,
+    worker_timeout: float = cluster.WORKER_TIMEOUT,
 ) -> TuneResult:
     """Searches `recipe.search_space` and writes best.toml and trials.csv.
 
@@ -154,32 +170,66 @@ def tune(
         directory: tuning state and results; default `runs/<recipe>/tuning`.
         overwrite: start afresh instead of resuming the search in `directory`.
         verbose: Keras `fit` verbosity of each trial.
+        chief: "HOST:PORT" to serve the search to workers (`tune_worker`) there
+            instead of running the trials in this process.
+        worker_timeout: with `chief`, seconds to wait, while no trial runs, for a
+            worker to ask for one.
 
     Raises:
         TrainingError: if no trial completed.
+        ClusterError: with `chief`, if it cannot listen at that address or no
+            worker came within `worker_timeout`.
     """
-    import keras_tuner
-
     if tuner not in TUNERS:
         raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    address = None if chief is None else cluster.parse_address(chief)
     directory = Path(directory or Path("runs") / recipe.name / "tuning")
     runner.configure_runtime(config.train)
-    search = _make_tuner(
-        tuner,
-        _make_hypermodel(recipe, config, verbose),
-        recipe.objective,
-        config,
-        max_trials,
-        executions_per_trial,
-        directory,
-        overwrite,
-    )
-    log.info("tuning %s with %s search in %s", recipe.name, tuner, directory)
-    try:
-        search.search(verbose=1 if verbose == "auto" else verbose)
-    except RuntimeError as error:
-        # Keras Tuner stops after several consecutive failed trials.
-        log.info("tuning stopped: %s", str(error).strip().splitlines()[0])
+    with (
+        contextlib.nullcontext()
+        if address is None
+        else cluster.role(cluster.CHIEF_ID, address, worker_timeout)
+    ):
+        search = _make_tuner(
+            tuner,
+            _make_hypermodel(recipe, config, verbose),
+            recipe.objective,
+            config,
+            max_trials,
+            executions_per_trial,
+            directory,
+            overwrite,
+        )
+        if address is None:
+            log.info("tuning %s with %s search in %s", recipe.name, tuner, directory)
+            try:
+                search.search(verbose=1 if verbose == "auto" else verbose)
+            except RuntimeError as error:
+                # Keras Tuner stops after several consecutive failed trials.
+                log.info("tuning stopped: %s", str(error).strip().splitlines()[0])
+        else:
+            log.info(
+                "chief of a %s search of %s at %s, results in %s; waiting for workers",
+                tuner,
+                recipe.name,
+                address,
+                directory,
+            )
+            # What Keras Tuner's `search` does on the chief, with a serving loop that
+            # ends (see rnnkit.tuning_cluster).
+            search.oracle.verbose = 1 if verbose == "auto" else verbose
+            search.save()
+            stopped = cluster.serve_oracle(search.oracle, address, worker_timeout)
+            if stopped:
+                log.info("tuning stopped: %s", stopped)
+    return _report(search, recipe, config, tuner, directory)
+
+
+def _report(
+    search: Any, recipe: Recipe, config: RecipeConfig, tuner: str, directory: Path
+) -> TuneResult:
+    """Writes best.toml and trials.csv from the oracle's trials."""
+    import keras_tuner
 
     trials = list(search.oracle.trials.values())
     completed = [
@@ -216,7 +266,83 @@ def tune(
         trials_path=trials_path,
         best_score=score,
         completed=len(completed),
+        best_trial_id=best_trial.trial_id,
+        best_values=dict(best_trial.hyperparameters.values),
     )
+
+
+def tune_worker(
+    recipe: Recipe,
+    config: RecipeConfig,
+    worker_id: str,
+    chief: str,
+    tuner: str = "random",
+    executions_per_trial: int = 1,
+    directory: str | Path | None = None,
+    connect_timeout: float = cluster.CONNECT_TIMEOUT,
+    verbose: int | str = "auto",
+) -> WorkerResult:
+    """Runs the trials that the chief at `chief` ("HOST:PORT") hands out, until it
+    has no more.
+
+    Give it the recipe, config, `tuner` and `executions_per_trial` the chief has: the
+    trial's hyperparameters come from the chief, the fixed values from `config`.
+
+    Args:
+        worker_id: this worker's id among the chief's workers. A worker restarted
+            with the id of one that died in a trial runs that trial again.
+        directory: where this worker keeps its trial checkpoints (the chief's folder
+            on a shared filesystem, needed for Hyperband); default a temporary
+            folder, removed at the end.
+        connect_timeout: seconds to wait for the chief, at the start and for each
+            request.
+
+    Raises:
+        ClusterError: if the chief does not answer within `connect_timeout`.
+    """
+    import grpc
+
+    cluster.check_worker_id(worker_id)
+    address = cluster.parse_address(chief)
+    if tuner not in TUNERS:
+        raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    if tuner == "hyperband" and directory is None:
+        raise ConfigError(
+            "a Hyperband worker continues trials from other workers' checkpoints: "
+            "give it the chief's tuning folder on a shared filesystem (--tune-dir)"
+        )
+    cluster.wait_for_chief(address, connect_timeout)
+    runner.configure_runtime(config.train)
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix=f"rnnkit-worker-{worker_id}-")
+            )
+        stack.enter_context(cluster.role(worker_id, address, connect_timeout))
+        search = _make_tuner(
+            tuner,
+            _make_hypermodel(recipe, config, verbose),
+            recipe.objective,
+            config,
+            1,  # the chief's oracle decides how many trials run
+            executions_per_trial,
+            Path(directory),
+            False,  # never: the folder may be the chief's
+        )
+        ran: list[tuple[str, str]] = []
+        end_trial = search.on_trial_end
+
+        def on_trial_end(trial: Any) -> None:
+            end_trial(trial)
+            ran.append((trial.trial_id, trial.status))
+
+        search.on_trial_end = on_trial_end
+        log.info("worker %s of the chief at %s", worker_id, address)
+        try:
+            search.search(verbose=1 if verbose == "auto" else verbose)
+        except grpc.RpcError as error:
+            raise cluster.rpc_error(error, address, connect_timeout) from None
+    return WorkerResult(worker_id=worker_id, chief=str(address), trials=ran)
 
 
 def _error_line(traceback_text: str) -> str:
