@@ -467,11 +467,15 @@ def _tune_command(recipe: Recipe) -> click.Command:
                 )
             _dry_run(recipe, params, what)
             return
-        if role == "worker":
-            # Before TensorFlow starts: a worker without a chief fails in seconds.
-            with user_errors():
+        # Before TensorFlow starts and the data loads, so that these fail in seconds.
+        with user_errors():
+            if role == "worker":
                 tuning_cluster.wait_for_chief(
                     tuning_cluster.parse_address(params["chief"]), connect_timeout
+                )
+            elif role == "chief":
+                tuning_cluster.check_can_listen(
+                    tuning_cluster.parse_address(params["chief"])
                 )
         _load_frameworks()
         from rnnkit import tuning

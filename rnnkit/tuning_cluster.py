@@ -91,6 +91,30 @@ def _private(module_name: str, name: str) -> Any:
     return getattr(module, name)
 
 
+def check_can_listen(address: Address) -> None:
+    """A ClusterError now, before a chief loads anything, if it could not listen at
+    `address` (the port is taken, or the host is not this machine's)."""
+    import socket
+
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            address.host.strip("[]"), address.port, type=socket.SOCK_STREAM
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except OSError as error:
+        raise ClusterError(_cannot_listen(address, error.strerror)) from None
+
+
+def _cannot_listen(address: Address, reason: str | None) -> str:
+    return (
+        f"the chief cannot listen on {address}: {reason or 'bind failed'} (is the "
+        "port in use, or the host not an address of this machine? 0.0.0.0 listens "
+        "on all of them)"
+    )
+
+
 def wait_for_chief(address: Address, timeout: float) -> None:
     """Returns once a gRPC server answers at `address`; a ClusterError after
     `timeout` seconds."""
@@ -171,10 +195,7 @@ def serve_oracle(oracle: Any, address: Address, worker_timeout: float) -> str | 
     except RuntimeError:
         bound = 0
     if not bound:
-        raise ClusterError(
-            f"the chief cannot listen on {address}: the port is in use or the host "
-            "is not an address of this machine (0.0.0.0 listens on all of them)"
-        )
+        raise ClusterError(_cannot_listen(address, None))
     server.start()
     try:
         return _wait_until_done(oracle, servicer, address, worker_timeout)
