@@ -477,7 +477,8 @@ def _tune_command(recipe: Recipe) -> click.Command:
                 tuning_cluster.check_can_listen(
                     tuning_cluster.parse_address(params["chief"])
                 )
-        _load_frameworks()
+        if role != "worker":  # a worker's trials run in processes of their own
+            _load_frameworks()
         from rnnkit import tuning
 
         with user_errors():
@@ -511,8 +512,11 @@ def _tune_command(recipe: Recipe) -> click.Command:
                 f"\nWorker {ran.worker_id} ran {len(ran.trials)} trial(s) for the "
                 f"chief at {ran.chief}:"
             )
-            for trial_id, status in ran.trials:
-                click.echo(f"  trial {trial_id}: {status}")
+            for trial in ran.trials:
+                click.echo(
+                    f"  trial {trial.trial_id}: {trial.status} in {trial.seconds:g} s, "
+                    f"{trial.resident_mib:.0f} MiB resident at its end"
+                )
             return
         click.echo(
             f"\n{result.completed} trial(s) completed; best {recipe.objective} = "

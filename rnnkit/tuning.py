@@ -19,18 +19,25 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import io
+import json
 import logging
 import math
+import multiprocessing
+import os
 import re
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rnnkit import config as config_lib
 from rnnkit import runner
 from rnnkit import tuning_cluster as cluster
-from rnnkit.errors import ConfigError, TrainingError
+from rnnkit.errors import ClusterError, ConfigError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 
 log = logging.getLogger("rnnkit")
@@ -55,12 +62,23 @@ class TuneResult:
 
 
 @dataclasses.dataclass
+class WorkerTrial:
+    """A trial a worker ran: its status, seconds, and the worker process's resident
+    memory when it ended (MiB)."""
+
+    trial_id: str
+    status: str
+    seconds: float
+    resident_mib: float
+
+
+@dataclasses.dataclass
 class WorkerResult:
-    """The trials one worker ran: (trial id, status) in the order it ran them."""
+    """The trials one worker ran, in the order it ran them."""
 
     worker_id: str
     chief: str
-    trials: list[tuple[str, str]]
+    trials: list[WorkerTrial]
 
 
 def _make_hypermodel(recipe: Recipe, config: RecipeConfig, verbose: int | str) -> Any:
@@ -281,6 +299,7 @@ def tune_worker(
     directory: str | Path | None = None,
     connect_timeout: float = cluster.CONNECT_TIMEOUT,
     verbose: int | str = "auto",
+    process_per_trial: bool = True,
 ) -> WorkerResult:
     """Runs the trials that the chief at `chief` ("HOST:PORT") hands out, until it
     has no more.
@@ -296,12 +315,14 @@ def tune_worker(
             folder, removed at the end.
         connect_timeout: seconds to wait for the chief, at the start and for each
             request.
+        process_per_trial: run each trial in a fresh process, which returns all of
+            its memory when it ends (one process keeps growing: see
+            benchmarks/tuning_memory.py); `recipe` and `config` must then pickle.
 
     Raises:
-        ClusterError: if the chief does not answer within `connect_timeout`.
+        ClusterError: if the chief does not answer within `connect_timeout`, or a
+            trial's process dies.
     """
-    import grpc
-
     cluster.check_worker_id(worker_id)
     address = cluster.parse_address(chief)
     if tuner not in TUNERS:
@@ -312,13 +333,89 @@ def tune_worker(
             "give it the chief's tuning folder on a shared filesystem (--tune-dir)"
         )
     cluster.wait_for_chief(address, connect_timeout)
-    runner.configure_runtime(config.train)
+    log.info("worker %s of the chief at %s", worker_id, address)
     with contextlib.ExitStack() as stack:
         if directory is None:
             directory = stack.enter_context(
                 tempfile.TemporaryDirectory(prefix=f"rnnkit-worker-{worker_id}-")
             )
-        stack.enter_context(cluster.role(worker_id, address, connect_timeout))
+        work = functools.partial(
+            _work,
+            recipe,
+            config,
+            worker_id,
+            address,
+            tuner,
+            executions_per_trial,
+            Path(directory),
+            connect_timeout,
+            verbose,
+        )
+        if not process_per_trial:
+            trials, _ = work(one_trial=False)
+            return WorkerResult(worker_id, str(address), trials)
+        trials = []
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        spawn = multiprocessing.get_context("spawn")
+        while True:
+            report = scratch / f"trial-{len(trials)}.json"
+            process = spawn.Process(
+                target=_trial_process, args=(report, work), daemon=True
+            )
+            process.start()
+            process.join()
+            outcome = json.loads(report.read_text()) if report.is_file() else {}
+            if "error" in outcome:
+                raise ClusterError(outcome["error"])
+            if process.exitcode != 0 or not outcome:
+                raise ClusterError(
+                    f"worker {worker_id}: the process of a trial ended with exit "
+                    f"status {process.exitcode} (its error is above); started again "
+                    "with the same id, the worker runs that trial again"
+                )
+            trials.extend(WorkerTrial(**trial) for trial in outcome["trials"])
+            if outcome["stopped"]:
+                return WorkerResult(worker_id, str(address), trials)
+
+
+class _OneTrialDone(Exception):
+    """Ends a worker's Keras Tuner loop after one trial, before it asks for another."""
+
+
+def _trial_process(report: Path, work: Callable[..., Any]) -> None:
+    """A trial's process: runs one trial (or learns that none is left) into `report`."""
+    from rnnkit._native_logs import import_frameworks_quietly
+
+    import_frameworks_quietly()
+    try:
+        trials, stopped = work(one_trial=True)
+        outcome = {
+            "trials": [dataclasses.asdict(trial) for trial in trials],
+            "stopped": stopped,
+        }
+    except RnnkitError as error:
+        outcome = {"error": str(error)}
+    runner.write_text(report, json.dumps(outcome))
+
+
+def _work(
+    recipe: Recipe,
+    config: RecipeConfig,
+    worker_id: str,
+    address: cluster.Address,
+    tuner: str,
+    executions_per_trial: int,
+    directory: Path,
+    connect_timeout: float,
+    verbose: int | str,
+    one_trial: bool,
+) -> tuple[list[WorkerTrial], bool]:
+    """Keras Tuner's worker loop in this process: the trials it ran, and whether the
+    chief said that none is left (else it stopped after one, with `one_trial`)."""
+    import grpc
+
+    runner.configure_runtime(config.train)
+    with cluster.role(worker_id, address, connect_timeout):
         search = _make_tuner(
             tuner,
             _make_hypermodel(recipe, config, verbose),
@@ -326,23 +423,49 @@ def tune_worker(
             config,
             1,  # the chief's oracle decides how many trials run
             executions_per_trial,
-            Path(directory),
+            directory,
             False,  # never: the folder may be the chief's
         )
-        ran: list[tuple[str, str]] = []
-        end_trial = search.on_trial_end
+        ran: list[WorkerTrial] = []
+        began = time.monotonic()
+
+        # Keras Tuner's own hooks around each trial of its loop.
+        def pre_create_trial() -> None:
+            nonlocal began
+            if one_trial and ran:
+                raise _OneTrialDone
+            began = time.monotonic()
 
         def on_trial_end(trial: Any) -> None:
             end_trial(trial)
-            ran.append((trial.trial_id, trial.status))
+            seconds = round(time.monotonic() - began, 1)
+            ran.append(
+                WorkerTrial(trial.trial_id, trial.status, seconds, _resident_mib())
+            )
 
+        end_trial = search.on_trial_end
+        search.pre_create_trial = pre_create_trial
         search.on_trial_end = on_trial_end
-        log.info("worker %s of the chief at %s", worker_id, address)
         try:
             search.search(verbose=1 if verbose == "auto" else verbose)
+        except _OneTrialDone:
+            return ran, False
         except grpc.RpcError as error:
             raise cluster.rpc_error(error, address, connect_timeout) from None
-    return WorkerResult(worker_id=worker_id, chief=str(address), trials=ran)
+    return ran, True
+
+
+def _resident_mib() -> float:
+    """This process's resident memory now (Linux), else its peak so far, in MiB."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
 def _error_line(traceback_text: str) -> str:

@@ -106,7 +106,7 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
         for index, worker in enumerate(workers, start=1):
             status, output = started.finish(worker, deadline)
             assert status == 0, output[-3000:]
-            ran[index] = re.findall(r"^  trial (\w+): (\w+)$", output, re.M)
+            ran[index] = re.findall(r"^  trial (\w+): (\w+) in ", output, re.M)
 
     with (tune_dir / "trials.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -227,3 +227,25 @@ def test_role_sets_keras_tuner_variables_and_restores_them(monkeypatch):
     assert os.environ["KERASTUNER_TUNER_ID"] == "before"
     assert "KERASTUNER_ORACLE_IP" not in os.environ
     assert oracle_client.TIMEOUT == timeout
+
+
+def test_the_commands_of_the_distributed_guide_are_valid(monkeypatch):
+    """docs/guides/distributed.md shows them as text (they run at the same time)."""
+    import shlex
+
+    from tests.markdown_examples import ROOT, blocks
+
+    page = (ROOT / "docs" / "guides" / "distributed.md").read_text("utf-8")
+    commands = [
+        line
+        for block in blocks(page, "text")
+        for line in block.splitlines()
+        if line.startswith("rnnkit tune ")
+    ]
+    assert any("--chief" in c and "--worker" not in c for c in commands), commands
+    assert sum("--worker" in c for c in commands) >= 2, commands
+    monkeypatch.chdir(ROOT)
+    for command in commands:
+        result = invoke(*shlex.split(command)[1:], "--dry-run")
+        assert result.exit_code == 0, (command, result.output[-2000:])
+        assert "Dry run: the config is valid" in result.output
