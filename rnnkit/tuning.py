@@ -386,6 +386,8 @@ def _trial_process(report: Path, work: Callable[..., Any]) -> None:
     """A trial's process: runs one trial (or learns that none is left) into `report`."""
     from rnnkit._native_logs import import_frameworks_quietly
 
+    # gRPC's informational lines (e.g. the chief closing the connection at the end).
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     import_frameworks_quietly()
     try:
         trials, stopped = work(one_trial=True)
@@ -415,6 +417,9 @@ def _work(
     import grpc
 
     runner.configure_runtime(config.train)
+    # A worker's tuner keeps no state of its own (its oracle is the chief's); left
+    # in place, Keras Tuner would print "Reloading Tuner" before every trial.
+    (directory / tuner / f"{worker_id}.json").unlink(missing_ok=True)
     with cluster.role(worker_id, address, connect_timeout):
         search = _make_tuner(
             tuner,
