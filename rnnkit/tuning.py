@@ -12,6 +12,10 @@ the search (`overwrite=True` starts afresh), and receives two results:
 
     best.toml    the best trial's full config: `rnnkit run NAME --config best.toml`
     trials.csv   one row per trial: id, status, objective score, hyperparameter values
+
+Across machines, `tune(..., chief="HOST:PORT")` serves the search to workers instead
+of running trials, and writes the same two files; `tune_worker` runs trials for it,
+each in a fresh process (rnnkit/tuning_cluster.py has the plumbing).
 """
 
 from __future__ import annotations
