@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from rnnkit import __version__, registry
+from rnnkit import __version__, registry, tuning_cluster
 from rnnkit import config as config_lib
 from rnnkit._native_logs import import_frameworks_quietly, quiet_native_logs
 from rnnkit.errors import RnnkitError
@@ -409,35 +409,121 @@ def _predict_options(recipe: Recipe, args: list[str]) -> tuple[list[str], dict]:
     return inputs, values
 
 
+def _cluster_role(params: dict[str, Any]) -> str | None:
+    """Checks --chief, --worker and their options; "chief", "worker" or None."""
+    chief, worker = params["chief"], params["worker"]
+    if chief is not None:
+        tuning_cluster.parse_address(chief)
+    if worker is not None:
+        tuning_cluster.check_worker_id(worker)
+        if chief is None:
+            raise RnnkitError(
+                "--worker runs trials for a chief: give its address with "
+                "--chief HOST:PORT"
+            )
+        wrong = [
+            option
+            for option, given in (
+                ("--overwrite", params["overwrite"]),
+                ("--worker-timeout", params["worker_timeout"] is not None),
+            )
+            if given
+        ]
+        if wrong:
+            raise RnnkitError(
+                f"{', '.join(wrong)} belongs to the chief's command, not a worker's"
+            )
+        if params["tuner"] == "hyperband" and params["tune_dir"] is None:
+            raise RnnkitError(
+                "a Hyperband worker continues trials from other workers' "
+                "checkpoints: give it the chief's tuning folder on a shared "
+                "filesystem (--tune-dir)"
+            )
+        return "worker"
+    if params["connect_timeout"] is not None:
+        raise RnnkitError("--connect-timeout is a worker's (--worker ID) option")
+    if chief is None and params["worker_timeout"] is not None:
+        raise RnnkitError("--worker-timeout is the chief's (--chief) option")
+    return None if chief is None else "chief"
+
+
 def _tune_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        with user_errors():
+            role = _cluster_role(params)
+        tune_dir = params["tune_dir"] or Path("runs") / recipe.name / "tuning"
+        connect_timeout = params["connect_timeout"] or tuning_cluster.CONNECT_TIMEOUT
         if params.pop("dry_run"):
-            where = params["tune_dir"] or Path("runs") / recipe.name / "tuning"
-            _dry_run(
-                recipe,
-                params,
-                f"without --dry-run it searches {params['max_trials']} trial(s) "
-                f"into {where}",
-            )
+            if role == "worker":
+                what = (
+                    f"without --dry-run it runs trials for the chief at "
+                    f"{params['chief']} as worker {params['worker']}"
+                )
+            else:
+                what = (
+                    f"without --dry-run it searches {params['max_trials']} trial(s) "
+                    f"into {tune_dir}"
+                    + (f", served to workers at {params['chief']}" if role else "")
+                )
+            _dry_run(recipe, params, what)
             return
-        _load_frameworks()
+        # Before TensorFlow starts and the data loads, so that these fail in seconds.
+        with user_errors():
+            if role == "worker":
+                tuning_cluster.wait_for_chief(
+                    tuning_cluster.parse_address(params["chief"]), connect_timeout
+                )
+            elif role == "chief":
+                tuning_cluster.check_can_listen(
+                    tuning_cluster.parse_address(params["chief"])
+                )
+        if role != "worker":  # a worker's trials run in processes of their own
+            _load_frameworks()
         from rnnkit import tuning
 
         with user_errors():
             config = _resolve_config(recipe, params)
-            result = tuning.tune(
-                recipe,
-                config,
-                tuner=params["tuner"],
-                max_trials=params["max_trials"],
-                executions_per_trial=params["executions_per_trial"],
-                directory=params["tune_dir"] or Path("runs") / recipe.name / "tuning",
-                overwrite=params["overwrite"],
+            if role == "worker":
+                ran = tuning.tune_worker(
+                    recipe,
+                    config,
+                    params["worker"],
+                    params["chief"],
+                    tuner=params["tuner"],
+                    executions_per_trial=params["executions_per_trial"],
+                    directory=params["tune_dir"],
+                    connect_timeout=connect_timeout,
+                )
+            else:
+                result = tuning.tune(
+                    recipe,
+                    config,
+                    tuner=params["tuner"],
+                    max_trials=params["max_trials"],
+                    executions_per_trial=params["executions_per_trial"],
+                    directory=tune_dir,
+                    overwrite=params["overwrite"],
+                    chief=params["chief"],
+                    worker_timeout=params["worker_timeout"]
+                    or tuning_cluster.WORKER_TIMEOUT,
+                )
+        if role == "worker":
+            click.echo(
+                f"\nWorker {ran.worker_id} ran {len(ran.trials)} trial(s) for the "
+                f"chief at {ran.chief}:"
             )
+            for trial in ran.trials:
+                click.echo(
+                    f"  trial {trial.trial_id}: {trial.status} in {trial.seconds:g} s, "
+                    f"{trial.resident_mib:.0f} MiB resident at its end"
+                )
+            return
         click.echo(
             f"\n{result.completed} trial(s) completed; best {recipe.objective} = "
             f"{result.best_score:.6g}"
         )
+        values = ", ".join(f"{k}={v}" for k, v in result.best_values.items())
+        click.echo(f"Best trial:  {result.best_trial_id} ({values})")
         click.echo(f"Best config: {result.best_config_path}")
         click.echo(f"Trials:      {result.trials_path}")
         best = result.best_config_path
@@ -473,6 +559,32 @@ def _tune_command(recipe: Recipe) -> click.Command:
         ),
         click.Option(
             ["--overwrite"], is_flag=True, help="Start afresh instead of resuming."
+        ),
+        click.Option(
+            ["--chief"],
+            metavar="HOST:PORT",
+            help="Distributed search: alone, serve the search to workers at this "
+            "address (this machine's); with --worker, the chief to run trials for.",
+        ),
+        click.Option(
+            ["--worker"],
+            metavar="ID",
+            help="Run trials for the chief at --chief, as worker ID (e.g. 1). "
+            "--tune-dir: where to keep its checkpoints (default: a temporary folder).",
+        ),
+        click.Option(
+            ["--connect-timeout"],
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Worker: how long to wait for the chief, at the start and for each "
+            f"request [default: {tuning_cluster.CONNECT_TIMEOUT:g}].",
+        ),
+        click.Option(
+            ["--worker-timeout"],
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="Chief: how long to wait for a worker while no trial runs "
+            f"[default: {tuning_cluster.WORKER_TIMEOUT:g}].",
         ),
         DRY_RUN_OPTION,
         *_config_params(),

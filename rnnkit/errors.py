@@ -24,3 +24,7 @@ class RecipeNotFoundError(RnnkitError, LookupError):
 
 class TrainingError(RnnkitError, RuntimeError):
     """Training could not produce a usable model (for example, the loss became NaN)."""
+
+
+class ClusterError(RnnkitError, RuntimeError):
+    """A chief or worker of a distributed search that cannot reach the other in time."""
