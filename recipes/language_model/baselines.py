@@ -12,12 +12,17 @@ import numpy as np
 BIGRAM_K = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
 
 
+def unigram_probabilities(train_ids: np.ndarray, vocabulary_size: int) -> np.ndarray:
+    """Add-one smoothed token frequencies of the training ids, (vocabulary_size,)."""
+    counts = np.bincount(train_ids, minlength=vocabulary_size).astype("float64")
+    return (counts + 1) / (counts.sum() + vocabulary_size)
+
+
 def unigram_cross_entropy(
     train_ids: np.ndarray, ids: np.ndarray, vocabulary_size: int
 ) -> float:
     """Mean cross-entropy (nats) of add-one smoothed token frequencies on `ids[1:]`."""
-    counts = np.bincount(train_ids, minlength=vocabulary_size).astype("float64")
-    probabilities = (counts + 1) / (counts.sum() + vocabulary_size)
+    probabilities = unigram_probabilities(train_ids, vocabulary_size)
     return float(-np.log(probabilities[ids[1:]]).mean())
 
 

@@ -18,6 +18,12 @@ Levels (`data.level`): "char" keeps every character (line breaks too); "word" sp
 lines on whitespace and ends every line with `<eos>` (the Penn Treebank convention of
 Mikolov et al. 2010, whose files already hold `<unk>` for rare words). The vocabulary
 comes from the training split only; `<unk>` (id 0) stands for anything else.
+
+`data.standardize` first cleans raw text as the sentiment classifier does
+(`rnnkit.models.TextStandardizer`: HTML tags such as `<br />` and punctuation become
+spaces, apostrophes go): without it, web text such as IMDB reviews splits into tokens
+like "film." and "/><br", each a word of its own. A language model pre-trained for the
+classifier must see the text as the classifier will.
 """
 
 from __future__ import annotations
@@ -64,14 +70,14 @@ def load(config: LanguageModelConfig) -> LanguageModelData:
     """Reads, tokenizes, encodes and windows the splits that `config` names."""
     data = config.data
     texts, source = read_splits(config)
-    train_tokens = tokenize(texts[0], data.level, data.lowercase)
+    train_tokens = tokenize(texts[0], data.level, data.lowercase, data.standardize)
     if data.limit:
         train_tokens = train_tokens[: data.limit]
     tokens = build_vocabulary(train_tokens, data.vocabulary_size, data.min_frequency)
     index = {token: i for i, token in enumerate(tokens)}
     ids = [encode(train_tokens, index)]
     for text in texts[1:]:
-        split_tokens = tokenize(text, data.level, data.lowercase)
+        split_tokens = tokenize(text, data.level, data.lowercase, data.standardize)
         if data.limit:
             split_tokens = split_tokens[: data.limit]
         ids.append(encode(split_tokens, index))
@@ -209,9 +215,17 @@ def contiguous_split(
 # -- Tokens and ids --------------------------------------------------------------------
 
 
-def tokenize(text: str, level: str, lowercase: bool) -> list[str]:
-    """Characters, or whitespace-separated words with `<eos>` ending every line."""
-    if lowercase:
+def tokenize(
+    text: str, level: str, lowercase: bool, standardize: bool = False
+) -> list[str]:
+    """Characters, or whitespace-separated words with `<eos>` ending every line.
+
+    `standardize`: clean every line first as the sentiment classifier does (HTML tags
+    and punctuation to spaces, apostrophes dropped; `TextStandardizer`).
+    """
+    if standardize:
+        text = standardize_text(text, lowercase)
+    elif lowercase:
         text = text.lower()
     if level == "char":
         return list(text)
@@ -222,6 +236,21 @@ def tokenize(text: str, level: str, lowercase: bool) -> list[str]:
             tokens.extend(words)
             tokens.append(EOS)
     return tokens
+
+
+def standardize_text(text: str, lowercase: bool) -> str:
+    """`text` line by line through the classifier's `TextStandardizer`."""
+    import tensorflow as tf
+
+    from rnnkit.models.sequence_classifier import TextStandardizer
+
+    standardizer = TextStandardizer(lowercase=lowercase)
+    lines = text.split("\n")
+    cleaned: list[str] = []
+    for start in range(0, len(lines), 10_000):  # bounded tensors for long texts
+        chunk = standardizer(tf.constant(lines[start : start + 10_000]))
+        cleaned.extend(line.decode("utf-8") for line in chunk.numpy())
+    return "\n".join(cleaned)
 
 
 def build_vocabulary(

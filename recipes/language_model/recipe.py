@@ -75,6 +75,11 @@ class LanguageModelDataConfig(DataConfig):
         "char", help="Tokens: characters or words.", choices=("char", "word")
     )
     lowercase: bool = field(True, help="Lower-case the text before tokenizing.")
+    standardize: bool = field(
+        False,
+        help="Clean the text as the sentiment classifier does first: HTML tags and "
+        "punctuation to spaces, apostrophes dropped (for pre-training on reviews).",
+    )
     text_column: str = field("text", help="Column of a CSV/TSV table with the text.")
     train_split: str = field("train", help="{split} of the training file.")
     validation_split: str = field("valid", help="{split} of the validation file.")
@@ -128,6 +133,11 @@ class LanguageModelModelConfig(ModelConfig):
         help="Uniform initialisation in [-init_scale, init_scale] of every weight "
         "(0: Keras defaults).",
         at_least=0.0,
+    )
+    unigram_bias: bool = field(
+        True,
+        help="Start the output bias at the log unigram probabilities of the training "
+        "tokens (add-one), so that training starts from the unigram baseline.",
     )
 
 
@@ -247,20 +257,28 @@ class LanguageModelRecipe(Recipe):
         self, config: LanguageModelConfig, data: LanguageModelData
     ) -> keras.Model:
         import keras
+        import numpy as np
+        from rnnkit_recipes.language_model import baselines
 
         from rnnkit.models.language_model import LanguageModel
 
         _check(config)
         train = config.train
         truncated = train.mode == "truncated"
+        options = dataclasses.asdict(config.model)
+        unigram_bias = options.pop("unigram_bias")
         model = LanguageModel(
             data.tokens,
             stateful=truncated,
             batch_size=train.batch_size if truncated else None,
             seed=train.seed,
-            **dataclasses.asdict(config.model),
+            **options,
         )
         model.build()
+        if unigram_bias:  # start from the unigram baseline, not from uniform
+            size = len(data.tokens)
+            frequencies = baselines.unigram_probabilities(data.train_ids, size)
+            model.set_output_bias(np.log(frequencies))
         steps_per_epoch = ((len(data.train_ids) - 1) // train.batch_size) // train.bptt
         learning_rate = learning_rate_schedule(config, steps_per_epoch)
         clip = {"global_clipnorm": train.clipnorm} if train.clipnorm else {}
@@ -506,7 +524,9 @@ def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> st
     evaluation = config.evaluation
     level = config.data.level
     index = {token: i for i, token in enumerate(model.tokens)}
-    prompt_tokens = tokenize(prompt, level, config.data.lowercase)
+    prompt_tokens = tokenize(
+        prompt, level, config.data.lowercase, config.data.standardize
+    )
     if level == "word" and prompt_tokens and prompt_tokens[-1] == EOS:
         prompt_tokens = prompt_tokens[:-1]  # continue the line, do not end it
     if not prompt_tokens:

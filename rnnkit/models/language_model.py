@@ -224,6 +224,29 @@ class LanguageModel(keras.Model):
         logits = ops.matmul(hidden, ops.transpose(embeddings))  # (..., vocabulary)
         return ops.cast(logits, "float32") + self.output_bias
 
+    def set_output_bias(self, bias) -> None:
+        """Sets the bias of the output projection, one value per vocabulary token.
+
+        Setting it to the log of the training tokens' unigram probabilities starts a
+        fresh model at the unigram baseline: with Adam, which moves every weight by
+        about the learning rate per step, a large vocabulary otherwise spends hundreds
+        of steps learning word frequencies before it learns anything from context.
+        """
+        bias = ops.convert_to_tensor(bias, "float32")
+        if tuple(bias.shape) != (self.vocabulary_size,):
+            raise ValueError(
+                f"The output bias needs one value per token, shape "
+                f"({self.vocabulary_size},); received shape {tuple(bias.shape)}."
+            )
+        if not self.built:
+            self.build()
+        variable = (
+            self.output_bias
+            if self.output_projection is None
+            else self.output_projection.bias
+        )
+        variable.assign(ops.cast(bias, variable.dtype))
+
     def reset_states(self) -> None:
         """Clears the carried recurrent states (a stateful model only)."""
         for layer in self.recurrent_layers:

@@ -76,6 +76,21 @@ def test_uniform_initialisation_stays_in_range_and_differs_per_weight():
     assert len({float(w.ravel()[0]) for w in kernels}) == len(kernels)
 
 
+@pytest.mark.parametrize("tie_weights", [False, True])
+def test_set_output_bias_sets_the_projection_bias(tie_weights):
+    model = tiny(num_layers=1, tie_weights=tie_weights)
+    ids = np.array([[1, 5, 7]])
+    before = keras.ops.convert_to_numpy(model(ids))
+    bias = np.linspace(-3.0, 2.0, len(TOKENS))
+    model.set_output_bias(bias)
+    variable = model.output_bias if tie_weights else model.output_projection.bias
+    np.testing.assert_allclose(variable.numpy(), bias, rtol=1e-6)
+    # Only the bias changed: the logits moved by exactly the new bias.
+    np.testing.assert_allclose(model(ids), before + bias, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"one value per token, shape \(11,\)"):
+        model.set_output_bias(np.zeros(10))
+
+
 def test_save_and_reload_in_safe_mode(tmp_path):
     model = tiny(dropout=0.3, tie_weights=True).with_batch_size(2, stateful=True)
     model.save(tmp_path / "lm.keras")

@@ -155,6 +155,31 @@ def test_perplexity_carries_the_state_through_the_split():
     ) == pytest.approx(sum(reset) / 45, rel=1e-5)
 
 
+@pytest.mark.parametrize("unigram_bias", [True, False])
+def test_a_fresh_model_starts_at_the_unigram_baseline(unigram_bias):
+    """`model.unigram_bias`: before any training step the model's cross-entropy on
+    real text (The Time Machine, words) is the unigram baseline's, not ln V."""
+    config = config_lib.resolve(
+        LanguageModelConfig, None,
+        {"data.level": "word", "model.units": 16, "model.embedding_dim": 16,
+         "train.batch_size": 8, "train.bptt": 10, "model.unigram_bias": unigram_bias},
+    )  # fmt: skip
+    recipe = LanguageModelRecipe()
+    loaded = recipe.load_data(config)
+    keras.utils.set_random_seed(0)
+    model = recipe.build_model(config, loaded)
+    size = len(loaded.tokens)
+    fresh = mean_cross_entropy(model, loaded.validation_ids, streams=8, bptt=10)
+    unigram = baselines.unigram_cross_entropy(
+        loaded.train_ids, loaded.validation_ids, size
+    )
+    if unigram_bias:
+        assert fresh == pytest.approx(unigram, abs=0.02)
+    else:
+        assert fresh == pytest.approx(math.log(size), abs=0.02)
+        assert fresh > unigram + 1.0
+
+
 def test_baselines_against_dense_counts():
     rng = np.random.default_rng(0)
     train, validation, test = (rng.integers(0, 6, n) for n in (400, 80, 90))
@@ -190,6 +215,35 @@ def test_penn_treebank_conventions():
     assert tokens[:4] == ["consumers", "may", "want", "to"]
     vocabulary = lm_data.build_vocabulary(tokens, 0, 1)
     assert vocabulary[0] == "<unk>" and len(set(vocabulary)) == len(vocabulary)
+
+
+def test_standardize_reads_reviews_as_the_sentiment_classifier_does(tmp_path):
+    """`data.standardize`: real IMDB reviews split into the words the classifier's
+    `TextVectorization` sees, one review per `<eos>`; raw splitting keeps HTML and
+    punctuation glued to words ("/><br", "film.")."""
+    import tensorflow as tf
+
+    from rnnkit.models.sequence_classifier import TextStandardizer
+    from tests.sentiment_support import write_imdb_csv
+
+    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 20)
+    text = lm_data.read_text(path)
+    reviews = text.split("\n")
+    assert len(reviews) == 40
+    raw = lm_data.tokenize(text, "word", lowercase=True)
+    assert any("<br" in token for token in raw)
+    assert any(token.endswith((".", ",")) for token in raw)
+    tokens = lm_data.tokenize(text, "word", lowercase=True, standardize=True)
+    expected = []
+    for review in TextStandardizer()(tf.constant(reviews)).numpy():
+        expected += [*review.decode("utf-8").split(), "<eos>"]
+    assert tokens == expected and tokens.count("<eos>") == 40
+    words = [token for token in tokens if token != "<eos>"]
+    assert not any(set(token) & set("<>/.,!?'\"()") for token in words)
+    config = word_config(path, **{"data.standardize": True})
+    loaded = LanguageModelRecipe().load_data(config)
+    assert "br" not in loaded.tokens and "<eos>" in loaded.tokens
+    assert list(np.array(loaded.tokens)[loaded.train_ids[:5]]) == expected[:5]
 
 
 @pytest.fixture(scope="module")
