@@ -12,6 +12,8 @@ an `AttributeError` deep inside a layer call.
 - `backend.cudnn_ok`: whether a GPU and an activation pair allow those kernels.
 - `DropoutRNNCell`: the mix-in that `keras.layers.RNN` recognises to refresh a cell's
   per-sequence dropout masks.
+- `LossFunctionWrapper`: a loss given by name ("mse") as a `Loss` whose reduction the
+  multi-worker loop can turn off (`rnnkit.distributed`).
 
 Code elsewhere calls `backend.NAME(...)` at call time (never `from ... import NAME`),
 so that tests can stand in for the cuDNN kernels with `monkeypatch.setattr`.
@@ -33,6 +35,7 @@ SYMBOLS = (
     ("keras.src.backend", "gru"),
     ("keras.src.backend", "cudnn_ok"),
     ("keras.src.layers.rnn.dropout_rnn_cell", "DropoutRNNCell"),
+    ("keras.src.losses.losses", "LossFunctionWrapper"),
 )
 
 
@@ -59,6 +62,16 @@ for _module_name, _name in SYMBOLS:
     resolve(_module_name, _name)
 
 backend: ModuleType = importlib.import_module("keras.src.backend")
-DropoutRNNCell: type = resolve(*SYMBOLS[-1])
+DropoutRNNCell: type = resolve(
+    "keras.src.layers.rnn.dropout_rnn_cell", "DropoutRNNCell"
+)
+LossFunctionWrapper: type = resolve("keras.src.losses.losses", "LossFunctionWrapper")
 
-__all__ = ["DropoutRNNCell", "SYMBOLS", "TESTED_KERAS", "backend", "resolve"]
+__all__ = [
+    "DropoutRNNCell",
+    "LossFunctionWrapper",
+    "SYMBOLS",
+    "TESTED_KERAS",
+    "backend",
+    "resolve",
+]

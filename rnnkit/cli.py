@@ -260,9 +260,39 @@ def _dry_run(recipe: Recipe, params: dict[str, Any], what: str) -> None:
     click.echo(f"Dry run: the config is valid; {what}")
 
 
+def _cluster_options(params: dict[str, Any]) -> str | None:
+    """Writes TF_CONFIG from --workers/--worker-index; a line saying which worker."""
+    workers, index = params.pop("workers"), params.pop("worker_index")
+    if workers is None and index is None:
+        return None
+    with user_errors():
+        if workers is None or index is None:
+            raise RnnkitError(
+                "--workers and --worker-index go together: every machine gets the "
+                "same --workers HOST:PORT,... and its own --worker-index (0: chief)"
+            )
+        from rnnkit import distributed
+
+        cluster = distributed.write_tf_config(workers, index)
+    count = len(cluster["cluster"]["worker"])
+    role = "the chief" if index == 0 else "a worker"
+    return f"worker {index} of {count} ({role}) in TF_CONFIG"
+
+
 def _run_command(recipe: Recipe) -> click.Command:
     def callback(**params: Any) -> None:
+        cluster_line = _cluster_options(params)
+        if params["strategy"] is None and cluster_line is not None:
+            params["strategy"] = "multiworker"
+        strategy = params.pop("strategy")
+        if strategy is not None and params["resume"] is None:
+            params["assignments"] = (
+                *params["assignments"],
+                f"train.strategy={strategy}",
+            )
         if params.pop("dry_run"):
+            if cluster_line is not None:
+                click.echo(f"Dry run: {cluster_line}")
             run_dir = params["resume"] or params["run_dir"]
             where = run_dir or f"runs/{recipe.name}/<timestamp>"
             if params["resume"] is None and run_dir and any(Path(run_dir).glob("*")):
@@ -286,11 +316,24 @@ def _run_command(recipe: Recipe) -> click.Command:
                         + ", ".join(given or ["--run-dir"])
                     )
                 config = runner.prepare_resume(recipe, resume)
+                if strategy is not None and strategy != config.train.strategy:
+                    raise RnnkitError(
+                        f"--resume continues a run with its own config.toml "
+                        f"(train.strategy={config.train.strategy}); leave out "
+                        "--strategy"
+                    )
                 run_dir = resume
             else:
                 config = _resolve_config(recipe, params)
                 run_dir = params["run_dir"]
             result = runner.run(recipe, config, run_dir, resume=resume is not None)
+        if not result.chief:
+            click.echo(
+                f"\nTrained as a worker; weights fingerprint "
+                f"{result.weights_fingerprint} (the chief's is the same). The chief "
+                "wrote the run directory and the test metrics."
+            )
+            return
         _print_metrics(result.metrics)
         click.echo(f"\nRun directory: {result.run_dir}")
 
@@ -305,6 +348,24 @@ def _run_command(recipe: Recipe) -> click.Command:
             ["--resume"],
             type=click.Path(file_okay=False, exists=True, path_type=Path),
             help="Continue the interrupted run in this directory.",
+        ),
+        click.Option(
+            ["--strategy"],
+            type=click.Choice(["auto", "one", "mirrored", "multiworker"]),
+            help="Shortcut for train.strategy: how to spread training over devices "
+            "and machines.",
+        ),
+        click.Option(
+            ["--workers"],
+            metavar="HOST:PORT,...",
+            help="The machines of a multi-worker run, the chief first; the same on "
+            "every machine (writes TF_CONFIG; implies --strategy multiworker).",
+        ),
+        click.Option(
+            ["--worker-index"],
+            type=click.IntRange(min=0),
+            help="This machine's place in --workers (0: the chief, which writes the "
+            "run directory).",
         ),
         DRY_RUN_OPTION,
         *_field_options(recipe.Config),

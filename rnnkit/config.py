@@ -208,7 +208,12 @@ class TrainConfig:
     epochs: int = field(
         10, help="Maximum number of passes over the training data.", at_least=1
     )
-    batch_size: int = field(64, help="Examples per gradient step.", at_least=1)
+    batch_size: int = field(
+        64,
+        help="Examples per gradient step on each replica (device); with several "
+        "replicas the global batch is this times the replicas.",
+        at_least=1,
+    )
     learning_rate: float = field(1e-3, help="Optimizer step size.", above=0.0)
     patience: int = field(
         5,
@@ -229,6 +234,25 @@ class TrainConfig:
     )
     mixed_precision: bool = field(
         False, help="Compute in float16 with float32 weights (mixed_float16 policy)."
+    )
+    strategy: str = field(
+        "auto",
+        help="How to spread training: auto (all GPUs when there are several, else one "
+        "device), one (one device), mirrored (the devices of train.devices, or all "
+        "visible GPUs, on this machine), multiworker (the machines of TF_CONFIG, "
+        "which --workers and --worker-index write).",
+        choices=("auto", "one", "mirrored", "multiworker"),
+    )
+    worker_timeout: float = field(
+        120.0,
+        help="strategy=multiworker: seconds to wait for every worker to join, and "
+        "for a collective step, before stopping with an error.",
+        above=0.0,
+    )
+    devices: tuple[str, ...] = field(
+        (),
+        help="GPUs for strategy=mirrored, e.g. --set train.devices=gpu:0,gpu:1. "
+        "Empty: all visible GPUs.",
     )
 
 

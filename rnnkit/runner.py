@@ -59,9 +59,13 @@ TENSORBOARD_DIR = "tensorboard"
 class RunResult:
     """What `run` produced: where, and the figures it wrote to `metrics.json`."""
 
-    run_dir: Path
+    run_dir: Path | None
     metrics: dict[str, Any]
     history: list[dict[str, float]]
+    # False on a multi-worker run's workers other than the chief: they write nothing
+    # (run_dir None, no test metrics) and report the fingerprint of their weights.
+    chief: bool = True
+    weights_fingerprint: str | None = None
 
 
 # -- Atomic files ------------------------------------------------------------------
@@ -181,8 +185,15 @@ def configure_runtime(train: config_lib.TrainConfig) -> Any:
     if keras.backend.backend() != "tensorflow":
         if train.device == "gpu" and not _backend_has_gpu():
             raise ConfigError("train.device=gpu, but the Keras backend sees no GPU")
+        if train.strategy in ("mirrored", "multiworker"):
+            raise ConfigError(
+                f"train.strategy={train.strategy} uses tf.distribute, which needs the "
+                f"TensorFlow backend (KERAS_BACKEND is {keras.backend.backend()})"
+            )
         return None
     import tensorflow as tf
+
+    from rnnkit import distributed
 
     tf.config.experimental.enable_op_determinism()
     gpus = tf.config.list_physical_devices("GPU")
@@ -200,10 +211,7 @@ def configure_runtime(train: config_lib.TrainConfig) -> Any:
                     "--device cpu must be chosen before TensorFlow starts using the "
                     "GPU; run it in a fresh process"
                 ) from None
-    visible_gpus = tf.config.get_visible_devices("GPU")
-    if len(visible_gpus) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+    return distributed.make_strategy(train)
 
 
 def _backend_has_gpu() -> bool:
@@ -232,7 +240,15 @@ def device_summary(strategy: Any) -> str:
             kind = "GPU" if tf.config.get_visible_devices("GPU") else "CPU"
             return f"{backend}, one {kind} device"
         return f"{backend}, default device"
+    from rnnkit import distributed
+
     devices = ", ".join(strategy.extended.worker_devices)
+    if distributed.is_multiworker(strategy):
+        workers, index = distributed.cluster_from_environment()
+        return (
+            f"MultiWorkerMirroredStrategy, {strategy.num_replicas_in_sync} replicas "
+            f"on {workers} workers; this is worker {index}, on {devices}"
+        )
     return f"{type(strategy).__name__} over {devices}"
 
 
@@ -402,43 +418,82 @@ def run(
             (default strategy, or `MirroredStrategy` over several visible GPUs).
         callbacks: extra Keras callbacks for the main fit.
     """
+    from rnnkit import distributed
+
     started = time.time()
-    run_dir = Path(run_dir) if run_dir else _new_run_dir(Path(runs_root), recipe.name)
-    if resume:
-        if not (run_dir / BACKUP_DIR).exists():
-            log.info("no backup in %s; training starts from the first epoch", run_dir)
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise RnnkitError(
-            f"run directory {run_dir} is not empty; choose another --run-dir, "
-            f"or continue it with --resume {run_dir}"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text(
-        run_dir / CONFIG_FILE, config_lib.to_toml(config, config_header(recipe.name))
+    chief = (
+        config.train.strategy != "multiworker"
+        or distributed.cluster_from_environment()[1] == 0
     )
-    log.info("run directory: %s", run_dir)
+    if chief:
+        run_dir = (
+            Path(run_dir) if run_dir else _new_run_dir(Path(runs_root), recipe.name)
+        )
+        if resume:
+            if not (run_dir / BACKUP_DIR).exists():
+                log.info(
+                    "no backup in %s; training starts from the first epoch", run_dir
+                )
+        elif run_dir.exists() and any(run_dir.iterdir()):
+            raise RnnkitError(
+                f"run directory {run_dir} is not empty; choose another --run-dir, "
+                f"or continue it with --resume {run_dir}"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(
+            run_dir / CONFIG_FILE,
+            config_lib.to_toml(config, config_header(recipe.name)),
+        )
+        log.info("run directory: %s", run_dir)
+    else:
+        run_dir = None
+        log.info(
+            "not the chief: this worker writes nothing (the chief, worker 0, "
+            "writes the run directory)"
+        )
 
     automatic_strategy = configure_runtime(config.train)
     strategy = strategy or automatic_strategy
     device = device_summary(strategy)
+    multiworker = distributed.is_multiworker(strategy)
     log.info("training on %s, seed %d", device, config.train.seed)
+    # train.batch_size is one replica's batch; data and steps use the global batch.
+    per_replica = config.train.batch_size
+    run_config = config
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        log.info(
+            "%s",
+            distributed.describe_batch(
+                per_replica, strategy, config.train.learning_rate
+            ),
+        )
+        run_config = config.with_values(
+            {"train.batch_size": distributed.global_batch(per_replica, strategy)}
+        )
+        if config.evaluation.folds > 0 and multiworker:
+            raise ConfigError(
+                "evaluation.folds (the backtest) refits the model per fold, which "
+                "the multi-worker loop does not do; set evaluation.folds=0"
+            )
+    config = run_config
 
     data = recipe.load_data(config)
-    history_rows = read_history(run_dir / HISTORY_FILE) if resume else []
+    history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
     try:
         model = _build(recipe, config, data, strategy)
-        history = fit(
-            model,
-            data,
+        callback_list = _callbacks(
             config,
-            _callbacks(
-                config,
-                run_dir,
-                history_rows,
-                [*recipe.callbacks(config, data), *callbacks],
-            ),
-            verbose=verbose,
+            run_dir,
+            history_rows,
+            [*recipe.callbacks(config, data), *callbacks],
         )
+        distributed.check_inputs(model, strategy)
+        if multiworker:
+            history = distributed.fit_multiworker(
+                model, data, config, strategy, callback_list, verbose=verbose
+            )
+        else:
+            history = fit(model, data, config, callback_list, verbose=verbose)
     except KeyboardInterrupt:
         log.info(
             "interrupted; continue with: rnnkit run %s --resume %s",
@@ -447,6 +502,24 @@ def run(
         )
         raise
     _check_finite(history, config)
+    fingerprint = None
+    if multiworker:
+        fingerprint = distributed.weights_fingerprint(model)
+        log.info("weights fingerprint: %s (the same on every worker)", fingerprint)
+    if not chief:
+        return RunResult(
+            run_dir=None,
+            metrics={},
+            history=[
+                {
+                    "epoch": float(i + 1),
+                    **{k: float(v[i]) for k, v in history.history.items()},
+                }
+                for i in range(len(history.history.get("loss", [])))
+            ],
+            chief=False,
+            weights_fingerprint=fingerprint,
+        )
 
     model_path = save_model(model, run_dir / MODEL_FILE)
     # Evaluate the reloaded model: this proves the saved file is complete and that
@@ -478,6 +551,9 @@ def run(
             "epochs": len(history_rows),
             "seed": config.train.seed,
             "device": device,
+            "replicas": strategy.num_replicas_in_sync if strategy is not None else 1,
+            "global_batch_size": config.train.batch_size,
+            "weights_fingerprint": fingerprint,
             "mixed_precision": config.train.mixed_precision,
             "resumed": resume,
             "versions": versions(),
@@ -486,7 +562,12 @@ def run(
             ),
         },
     )
-    return RunResult(run_dir=run_dir, metrics=metrics, history=history_rows)
+    return RunResult(
+        run_dir=run_dir,
+        metrics=metrics,
+        history=history_rows,
+        weights_fingerprint=fingerprint,
+    )
 
 
 def _build(

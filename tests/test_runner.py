@@ -187,8 +187,12 @@ result = runner.run(
     StockRecipe(), smoke_config(), sys.argv[1], strategy=strategy, verbose=0
 )
 print("METRICS", json.dumps(result.metrics["test"]["model"]))
-# The same config and seed on one device: the reference the mirrored run must match.
-single = runner.run(StockRecipe(), smoke_config(), sys.argv[1] + "_single", verbose=0)
+# The same config and seed on one device with the global batch (train.batch_size is
+# per replica): the reference the mirrored run must match.
+single = runner.run(
+    StockRecipe(), smoke_config({"train.batch_size": 64}), sys.argv[1] + "_single",
+    verbose=0,
+)
 print("SINGLE", json.dumps(single.metrics["test"]["model"]))
 """
 
@@ -202,8 +206,12 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    device = json.loads((run_dir / "run.json").read_text())["device"]
+    record = json.loads((run_dir / "run.json").read_text())
+    device = record["device"]
     assert device.startswith("MirroredStrategy") and "CPU:1" in device
+    # train.batch_size (32) is per replica: two replicas step on 64 examples.
+    assert record["replicas"] == 2 and record["global_batch_size"] == 64
+    assert "batch_size = 32\n" in (run_dir / "config.toml").read_text()
     mirrored = json.loads(result.stdout.split("METRICS", 1)[1].split("SINGLE")[0])
     single = json.loads(result.stdout.split("SINGLE", 1)[1])
     # Two replicas of half the batch each, gradients summed across them: the same

@@ -265,6 +265,16 @@ class LanguageModelRecipe(Recipe):
         _check(config)
         train = config.train
         truncated = train.mode == "truncated"
+        if truncated and keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+                raise ConfigError(
+                    "train.mode=truncated carries each stream's state from batch to "
+                    "batch in one device's stateful layers, which rnnkit does not "
+                    "split over replicas; use train.mode=plain with several "
+                    "devices or workers, or --strategy one"
+                )
         options = dataclasses.asdict(config.model)
         unigram_bias = options.pop("unigram_bias")
         model = LanguageModel(
