@@ -206,6 +206,7 @@ def tune(
         raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
     address = None if chief is None else cluster.parse_address(chief)
     directory = Path(directory or Path("runs") / recipe.name / "tuning")
+    _check_one_device(config)
     runner.configure_runtime(config.train)
     with (
         contextlib.nullcontext()
@@ -420,6 +421,7 @@ def _work(
     chief said that none is left (else it stopped after one, with `one_trial`)."""
     import grpc
 
+    _check_one_device(config)
     runner.configure_runtime(config.train)
     # A worker's tuner keeps no state of its own (its oracle is the chief's); left
     # in place, Keras Tuner would print "Reloading Tuner" before every trial.
@@ -496,3 +498,13 @@ def _trials_csv(trials: list[Any], recipe: Recipe) -> str:
         values = [trial.hyperparameters.values.get(n, "") for n in names]
         writer.writerow([trial.trial_id, trial.status, score, *values])
     return buffer.getvalue()
+
+
+def _check_one_device(config: RecipeConfig) -> None:
+    """Trials train on one device each; a search spreads over machines by trials."""
+    if config.train.strategy in ("mirrored", "multiworker"):
+        raise ConfigError(
+            f"train.strategy={config.train.strategy}: tuning trains each trial on "
+            "one device; spread a search over machines with --chief HOST:PORT and "
+            "--worker ID --chief HOST:PORT instead"
+        )

@@ -309,3 +309,14 @@ def test_a_worker_alone_stops_within_its_timeout(tmp_path, index):
     assert "Error: not every worker of TF_CONFIG joined within 8 s" in output
     assert f"this is worker {index} of 2" in output
     assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "multiworker"])
+def test_tuning_refuses_a_strategy_of_several_devices(strategy):
+    result = invoke(
+        "tune", "stock", "--config", str(STOCK_SMOKE), "--max-trials", "1",
+        "--set", f"train.strategy={strategy}",
+    )  # fmt: skip
+    assert f"train.strategy={strategy}: tuning trains each trial on one device" in (
+        error_line(result)
+    )
