@@ -478,8 +478,6 @@ def _weights_and_count(loss_fn: Any, y: Any, values: Any, tf: Any) -> tuple[Any,
     not `ignore_class` for per-token losses."""
     if values.shape.rank is not None and values.shape.rank > 1:
         ignore = getattr(loss_fn, "ignore_class", None)
-        if ignore is None:
-            ignore = getattr(loss_fn, "fn_kwargs", {}).get("ignore_class")
         weights = tf.ones_like(values)
         if ignore is not None:
             weights = tf.cast(tf.not_equal(tf.cast(y, tf.int64), ignore), values.dtype)
@@ -509,18 +507,11 @@ def _train_step(model, optimizer, loss_fn, strategy, tf):  # noqa: ANN001, ANN20
         optimizer.apply_gradients(
             zip(gradients, model.trainable_variables, strict=True)
         )
+        # Its share of the global loss times the global count: the sum over the
+        # replicas is the global loss sum.
         return loss * tf.cast(total, tf.float32), count
 
-    @tf.function
-    def step(batch: Any) -> tuple[Any, Any]:
-        loss_sum, count = strategy.run(replica_step, args=(batch,))
-        # Each replica returns its share of the global loss times the global count.
-        return (
-            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None),
-        )
-
-    return step
+    return _summed_over_replicas(replica_step, strategy, tf)
 
 
 def _evaluate_step(model, loss_fn, strategy, tf):  # noqa: ANN001, ANN202
@@ -534,12 +525,18 @@ def _evaluate_step(model, loss_fn, strategy, tf):  # noqa: ANN001, ANN202
         values, count = _weights_and_count(loss_fn, y, values, tf)
         return tf.reduce_sum(values), count
 
+    return _summed_over_replicas(replica_step, strategy, tf)
+
+
+def _summed_over_replicas(replica_step: Callable, strategy: Any, tf: Any) -> Callable:
+    """A compiled step: `replica_step` on every replica, its outputs summed."""
+
     @tf.function
     def step(batch: Any) -> tuple[Any, Any]:
-        loss_sum, count = strategy.run(replica_step, args=(batch,))
-        return (
-            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None),
+        outputs = strategy.run(replica_step, args=(batch,))
+        return tuple(
+            strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+            for value in outputs
         )
 
     return step
@@ -589,13 +586,8 @@ def weights_fingerprint(model: keras.Model) -> str:
     return digest.hexdigest()[:16]
 
 
-def global_batch(per_replica: int, strategy: Any) -> int:
-    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    return per_replica * replicas
-
-
 def describe_batch(per_replica: int, strategy: Any, learning_rate: float) -> str:
-    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    replicas = strategy.num_replicas_in_sync
     return (
         f"global batch {per_replica * replicas} = {per_replica} per replica x "
         f"{replicas} replica(s); learning rate {learning_rate:g}, not scaled"

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rnnkit import config as config_lib
+from rnnkit import distributed
 from rnnkit.errors import ConfigError, RnnkitError, TrainingError
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
@@ -193,8 +194,6 @@ def configure_runtime(train: config_lib.TrainConfig) -> Any:
         return None
     import tensorflow as tf
 
-    from rnnkit import distributed
-
     tf.config.experimental.enable_op_determinism()
     gpus = tf.config.list_physical_devices("GPU")
     if train.device == "gpu" and not gpus:
@@ -240,8 +239,6 @@ def device_summary(strategy: Any) -> str:
             kind = "GPU" if tf.config.get_visible_devices("GPU") else "CPU"
             return f"{backend}, one {kind} device"
         return f"{backend}, default device"
-    from rnnkit import distributed
-
     devices = ", ".join(strategy.extended.worker_devices)
     if distributed.is_multiworker(strategy):
         workers, index = distributed.cluster_from_environment()
@@ -418,8 +415,6 @@ def run(
             (default strategy, or `MirroredStrategy` over several visible GPUs).
         callbacks: extra Keras callbacks for the main fit.
     """
-    from rnnkit import distributed
-
     started = time.time()
     chief = (
         config.train.strategy != "multiworker"
@@ -468,7 +463,7 @@ def run(
             ),
         )
         run_config = config.with_values(
-            {"train.batch_size": distributed.global_batch(per_replica, strategy)}
+            {"train.batch_size": per_replica * strategy.num_replicas_in_sync}
         )
         if config.evaluation.folds > 0 and multiworker:
             raise ConfigError(
