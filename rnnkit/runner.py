@@ -482,10 +482,24 @@ def run(
             history_rows,
             [*recipe.callbacks(config, data), *callbacks],
         )
-        distributed.check_inputs(model, strategy)
+        text_split = distributed.split_text_model(model, strategy)
         if multiworker:
             history = distributed.fit_multiworker(
                 model, data, config, strategy, callback_list, verbose=verbose
+            )
+        elif text_split is not None:
+            # Strings become token ids in the input pipeline; the replicas train the
+            # rest of the model, whose layers are the whole model's.
+            history = fit(
+                text_split.model,
+                dataclasses.replace(
+                    data,
+                    train=text_split.dataset(data.train),
+                    validation=text_split.dataset(data.validation),
+                ),
+                config,
+                callback_list,
+                verbose=verbose,
             )
         else:
             history = fit(model, data, config, callback_list, verbose=verbose)

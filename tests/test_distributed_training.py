@@ -320,3 +320,31 @@ def test_tuning_refuses_a_strategy_of_several_devices(strategy):
     assert f"train.strategy={strategy}: tuning trains each trial on one device" in (
         error_line(result)
     )
+
+
+class _TwoReplicas:
+    """Stands in for a MirroredStrategy of two replicas (refusals need no devices)."""
+
+    num_replicas_in_sync = 2
+
+
+def test_a_text_model_that_cannot_be_cut_is_a_one_line_error():
+    import keras
+
+    texts = keras.Input(shape=(), dtype="string", name="text")
+    short = keras.layers.StringLookup(vocabulary=["a", "b"], name="short")(texts)
+    other = keras.layers.StringLookup(vocabulary=["c"], name="other")(texts)
+    model = keras.Model(
+        texts, keras.layers.Concatenate()([short[:, None], other[:, None]])
+    )
+    with pytest.raises(
+        ConfigError, match=r"cannot be moved into the input pipeline.*--strategy one"
+    ):
+        distributed.split_text_model(model, _TwoReplicas())
+    # Numbers in, or one replica: nothing to cut.
+    numbers = keras.Input(shape=(3,))
+    assert (
+        distributed.split_text_model(keras.Model(numbers, numbers * 2), _TwoReplicas())
+        is None
+    )
+    assert distributed.split_text_model(model, None) is None
