@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rnnkit.errors import ClusterError, ConfigError
-from rnnkit.tuning_cluster import ADDRESS
+from rnnkit.tuning_cluster import parse_address
 
 if TYPE_CHECKING:
     import keras
@@ -66,12 +66,7 @@ def write_tf_config(workers: str, index: int) -> dict[str, Any]:
             f"first), e.g. 10.0.0.5:12345,10.0.0.6:12345; got {workers!r}"
         )
     for address in addresses:
-        match = ADDRESS.fullmatch(address)
-        if match is None or not 0 < int(match.group(2)) < 65536:
-            raise ConfigError(
-                f"--workers: {address!r} is not HOST:PORT with a port from 1 to "
-                "65535, e.g. 10.0.0.5:12345"
-            )
+        parse_address(address, "--workers")
     if len(set(addresses)) != len(addresses):
         raise ConfigError(f"--workers lists an address twice: {workers!r}")
     if not 0 <= index < len(addresses):
@@ -409,7 +404,8 @@ def fit_multiworker(
     `Model.fit`, with a loop that works under `MultiWorkerMirroredStrategy`.
 
     `config.train.batch_size` is the global batch here (the runner multiplies it).
-    Logged per epoch: `loss` and, with validation data, `val_loss`.
+    Logged per epoch: `loss`, the compiled metrics and, with validation data, their
+    `val_` twins; the metrics are summed over every replica, as `fit` does.
     """
     import keras
     import tensorflow as tf
@@ -453,18 +449,20 @@ def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa:
         log.info("resuming after epoch %d (the chief's backup)", initial_epoch)
 
     steps: dict[tuple[int, ...], Callable] = {}
+    metrics = _build_metrics(model, data.train, config, strategy, keras)
 
     def train_step() -> Callable:
         key = tuple(id(v) for v in model.trainable_variables)
         if key not in steps:
-            steps[key] = _train_step(model, optimizer, loss_fn, strategy, tf)
+            steps[key] = _train_step(model, optimizer, loss_fn, strategy, tf, metrics)
         return steps[key]
 
-    evaluate = _evaluate_step(model, loss_fn, strategy, tf)
+    evaluate = _evaluate_step(model, loss_fn, strategy, tf, metrics)
     logs: dict[str, float] = {}
     for epoch in range(initial_epoch, config.train.epochs):
         callback_list.on_epoch_begin(epoch)
         step = train_step()
+        model.reset_metrics()
         total, count = 0.0, 0
         for batch_index, batch in enumerate(train_set):
             callback_list.on_train_batch_begin(batch_index)
@@ -474,14 +472,18 @@ def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa:
             callback_list.on_train_batch_end(batch_index, {"loss": total / count})
             if model.stop_training:
                 break
-        logs = {"loss": total / max(count, 1)}
+        logs = {"loss": total / max(count, 1), **_metric_logs(model, metrics)}
         if validation_set is not None and not model.stop_training:
+            model.reset_metrics()
             total, count = 0.0, 0
             for batch in validation_set:
                 loss_sum, examples = evaluate(batch)
                 total += float(loss_sum)
                 count += int(examples)
             logs["val_loss"] = total / max(count, 1)
+            logs.update(
+                {f"val_{k}": v for k, v in _metric_logs(model, metrics).items()}
+            )
         callback_list.on_epoch_end(epoch, logs)
         if model.stop_training:
             break
@@ -560,7 +562,41 @@ def _weights_and_count(loss_fn: Any, y: Any, values: Any, tf: Any) -> tuple[Any,
     return values, tf.shape(values)[0]
 
 
-def _train_step(model, optimizer, loss_fn, strategy, tf):  # noqa: ANN001, ANN202
+def _build_metrics(model, split, config, strategy, keras):  # noqa: ANN001
+    """Creates the compiled metrics' variables (summed over replicas when read) under
+    the strategy; False when the model has none or they cannot be built here."""
+    if not getattr(model, "compiled", False) or not model.get_compile_config().get(
+        "metrics"
+    ):
+        return False
+    # Keras builds them from symbolic inputs in `fit` (a private method; without it
+    # the loop logs the losses only). Symbolic, so no batch is drawn from the data.
+    build = getattr(model, "_symbolic_build", None)
+    if build is None:
+        log.info("the multi-worker loop logs the losses only (Keras changed)")
+        return False
+    if isinstance(split, tuple):
+        batch = keras.tree.map_structure(lambda a: a[: config.train.batch_size], split)
+    else:
+        batch = keras.tree.map_structure(
+            lambda spec: keras.KerasTensor(spec.shape, spec.dtype.name),
+            split.element_spec,
+        )
+    with strategy.scope():
+        build(data_batch=batch)
+    return True
+
+
+def _metric_logs(model: keras.Model, metrics: bool) -> dict[str, float]:
+    """The compiled metrics, summed over every replica of every worker (a collective
+    read on each worker, in the same order)."""
+    if not metrics:
+        return {}
+    results = model.get_metrics_result()
+    return {k: float(v) for k, v in results.items() if k != "loss"}
+
+
+def _train_step(model, optimizer, loss_fn, strategy, tf, metrics):  # noqa: ANN001, ANN202, PLR0913
     import keras
 
     def replica_step(batch: Any) -> tuple[Any, Any]:
@@ -579,6 +615,8 @@ def _train_step(model, optimizer, loss_fn, strategy, tf):  # noqa: ANN001, ANN20
         optimizer.apply_gradients(
             zip(gradients, model.trainable_variables, strict=True)
         )
+        if metrics:
+            model.compute_metrics(x, y, predictions, sample_weight)
         # Its share of the global loss times the global count: the sum over the
         # replicas is the global loss sum.
         return loss * tf.cast(total, tf.float32), count
@@ -586,14 +624,15 @@ def _train_step(model, optimizer, loss_fn, strategy, tf):  # noqa: ANN001, ANN20
     return _summed_over_replicas(replica_step, strategy, tf)
 
 
-def _evaluate_step(model, loss_fn, strategy, tf):  # noqa: ANN001, ANN202
+def _evaluate_step(model, loss_fn, strategy, tf, metrics):  # noqa: ANN001, ANN202
     import keras
 
     def replica_step(batch: Any) -> tuple[Any, Any]:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
-        values = tf.cast(
-            loss_fn(y, model(x, training=False), sample_weight), tf.float32
-        )
+        predictions = model(x, training=False)
+        values = tf.cast(loss_fn(y, predictions, sample_weight), tf.float32)
+        if metrics:
+            model.compute_metrics(x, y, predictions, sample_weight)
         values, count = _weights_and_count(loss_fn, y, values, tf)
         return tf.reduce_sum(values), count
 

@@ -58,13 +58,14 @@ class Address:
         return f"{self.host}:{self.port}"
 
 
-def parse_address(text: str) -> Address:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6) -> Address, or a ConfigError saying why."""
+def parse_address(text: str, option: str = "--chief") -> Address:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) -> Address, or a ConfigError that names
+    `option` and says why."""
     match = ADDRESS.fullmatch(text.strip())
     if match is None or not 0 < int(match.group(2)) < 65536:
         raise ConfigError(
-            f"--chief expects HOST:PORT with a port from 1 to 65535, e.g. "
-            f"10.0.0.5:8470 or 127.0.0.1:8470; got {text!r}"
+            f"{option}: {text.strip()!r} is not HOST:PORT with a port from 1 to "
+            "65535, e.g. 10.0.0.5:8470 or 127.0.0.1:8470"
         )
     return Address(match.group(1), int(match.group(2)))
 

@@ -177,9 +177,9 @@ def test_chief_without_workers_fails_after_its_timeout(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--chief", "localhost"], "--chief expects HOST:PORT"),
+        (["--chief", "localhost"], "--chief: 'localhost' is not HOST:PORT"),
         (["--chief", "10.0.0.5:99999"], "with a port from 1 to 65535"),
-        (["--chief", "http://10.0.0.5:8470"], "got 'http://10.0.0.5:8470'"),
+        (["--chief", "http://10.0.0.5:8470"], "'http://10.0.0.5:8470' is not"),
         (["--worker", "1"], "--worker runs trials for a chief"),
         (["--worker", "chief-2", "--chief", "a:1"], "does not contain 'chief'"),
         (["--worker", "1", "--chief", "a:1", "--overwrite"], "--overwrite belongs"),
