@@ -198,6 +198,12 @@ class Recipe:
     ) -> None:
         """Writes extra PNG figures into `plot_dir` (optional hook)."""
 
+    def single_device(self, config: RecipeConfig) -> str | None:
+        """Why `config` trains on one device only, or None when it can be mirrored
+        (optional hook). With a reason, `train.strategy=auto` keeps one device and
+        `mirrored`/`multiworker` stop with a one-line error that gives it."""
+        return None
+
     def callbacks(
         self, config: RecipeConfig, data: RecipeData
     ) -> list[keras.callbacks.Callback]:

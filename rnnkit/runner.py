@@ -171,11 +171,12 @@ def _csv_value(value: Any) -> str:
 # -- Runtime: seed, device, precision, strategy --------------------------------------
 
 
-def configure_runtime(train: config_lib.TrainConfig) -> Any:
+def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:
     """Seeds every generator, picks the device and precision; returns the strategy.
 
     Call it before building a model. Two runs in fresh processes with the same seed and
-    device give identical weights and metrics on CPU.
+    device give identical weights and metrics on CPU. `one_device`: the model cannot
+    be mirrored, so `train.strategy=auto` keeps one device even on several GPUs.
     """
     import keras
 
@@ -210,6 +211,10 @@ def configure_runtime(train: config_lib.TrainConfig) -> Any:
                     "--device cpu must be chosen before TensorFlow starts using the "
                     "GPU; run it in a fresh process"
                 ) from None
+    if one_device and train.strategy == "auto":
+        if len(tf.config.get_visible_devices("GPU")) > 1:
+            log.info("train.strategy=auto: one GPU, as this model cannot be mirrored")
+        return tf.distribute.get_strategy()
     return distributed.make_strategy(train)
 
 
@@ -416,6 +421,12 @@ def run(
         callbacks: extra Keras callbacks for the main fit.
     """
     started = time.time()
+    single = recipe.single_device(config)
+    if single is not None and config.train.strategy in ("mirrored", "multiworker"):
+        raise ConfigError(
+            f"train.strategy={config.train.strategy}: {single}; use --strategy one "
+            "(or auto)"
+        )
     chief = (
         config.train.strategy != "multiworker"
         or distributed.cluster_from_environment()[1] == 0
@@ -447,7 +458,7 @@ def run(
             "writes the run directory)"
         )
 
-    automatic_strategy = configure_runtime(config.train)
+    automatic_strategy = configure_runtime(config.train, one_device=single is not None)
     strategy = strategy or automatic_strategy
     device = device_summary(strategy)
     multiworker = distributed.is_multiworker(strategy)

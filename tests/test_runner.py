@@ -314,3 +314,31 @@ def test_write_csv_keeps_numbers_exact_and_columns_in_first_seen_order(tmp_path)
         "3,,,",
     ]
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_a_model_that_cannot_be_mirrored_refuses_several_devices_before_writing(
+    tmp_path,
+):
+    """The language model's truncated BPTT names why; `auto` keeps one device."""
+    from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
+
+    from rnnkit import config as config_lib
+
+    recipe = LanguageModelRecipe()
+    smoke = ROOT / "recipes" / "language_model" / "configs" / "smoke.toml"
+    for strategy in ("mirrored", "multiworker"):
+        config = config_lib.resolve(recipe.Config, smoke, {"train.strategy": strategy})
+        with pytest.raises(
+            ConfigError,
+            match=rf"train.strategy={strategy}: train.mode=truncated .* use "
+            r"--strategy one",
+        ):
+            runner.run(recipe, config, tmp_path / strategy)
+        assert not (tmp_path / strategy).exists()
+    plain = config_lib.resolve(recipe.Config, smoke, {"train.mode": "independent"})
+    assert recipe.single_device(plain) is None
+    auto = config_lib.resolve(recipe.Config, smoke)
+    assert recipe.single_device(auto) is not None
+    assert (
+        runner.configure_runtime(auto.train, one_device=True).num_replicas_in_sync == 1
+    )

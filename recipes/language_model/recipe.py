@@ -253,6 +253,15 @@ class LanguageModelRecipe(Recipe):
         )
         return loaded
 
+    def single_device(self, config: LanguageModelConfig) -> str | None:
+        if config.train.mode == "truncated":
+            return (
+                "train.mode=truncated carries each stream's state from batch to "
+                "batch in one device's stateful layers, which rnnkit does not split "
+                "over replicas (train.mode=independent can be mirrored)"
+            )
+        return None
+
     def build_model(
         self, config: LanguageModelConfig, data: LanguageModelData
     ) -> keras.Model:
@@ -272,7 +281,7 @@ class LanguageModelRecipe(Recipe):
                 raise ConfigError(
                     "train.mode=truncated carries each stream's state from batch to "
                     "batch in one device's stateful layers, which rnnkit does not "
-                    "split over replicas; use train.mode=plain with several "
+                    "split over replicas; use train.mode=independent with several "
                     "devices or workers, or --strategy one"
                 )
         options = dataclasses.asdict(config.model)
