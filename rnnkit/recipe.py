@@ -84,6 +84,12 @@ Optional hooks (defaults do nothing or refuse):
   recurrent states of a stateful model at the start of every epoch and before every
   evaluation (the language model's truncated BPTT). They run after the runner's own
   callbacks. Default: none.
+- `single_device(config)`: why this configuration trains on one device only (e.g. the
+  language model's truncated BPTT keeps its state in one device's stateful layers),
+  or None. With a reason, `train.strategy=auto` keeps one device on a machine with
+  several GPUs and `mirrored`/`multiworker` stop with a one-line error. Default: None.
+  (A model that reads raw strings needs nothing here: under `mirrored` the runner
+  runs its string-reading first layer in the input pipeline.)
 - `predict_options`: options of `rnnkit predict` that set config values for that
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
