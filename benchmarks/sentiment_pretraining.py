@@ -16,9 +16,11 @@
     python benchmarks/sentiment_pretraining.py --limit 500 --lm-limit 100000 \\
         --epochs 1                                           # a reduced check
 
-Variants: `scratch` (the recipe as it is), `pretrained` (initialised, trained as
-scratch), `discriminative` (initialised, learning rate divided by 2.6 per layer group
-going down), `ulmfit` (initialised, discriminative and gradual unfreezing).
+Variants: `scratch` (the recipe as it is), `scratch_layerwise` (the control: not
+initialised, with the learning rates of `discriminative`), `pretrained` (initialised,
+trained as scratch), `discriminative` (initialised, learning rate divided by 2.6 per
+layer group going down from 1e-3 x 2.6^2 at the output, so the word vectors keep 1e-3),
+`ulmfit` (initialised, discriminative and gradual unfreezing).
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ from timing import cpu_line, epoch_timer
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parents[1]
+# ULMFiT chooses the output layer's learning rate and divides it by 2.6 per layer group
+# going down. Here the word vectors (the lowest of the IMDB model's three groups) keep
+# the from-scratch rate of configs/imdb.toml (1e-3), so the output layer trains at
+# 1e-3 x 2.6^2: with 1e-3 at the top instead, the word vectors crawled at 1.5e-4 and
+# the classifier ended at 0.8302 (0.7173 with gradual unfreezing), below scratch.
+LAYERWISE = {"train.discriminative_lr": 2.6, "train.learning_rate": 1e-3 * 2.6**2}
 VARIANTS = {
     "scratch": {},
+    "scratch_layerwise": dict(LAYERWISE),
     "pretrained": {"pretrained": True},
-    "discriminative": {"pretrained": True, "train.discriminative_lr": 2.6},
-    "ulmfit": {
-        "pretrained": True,
-        "train.discriminative_lr": 2.6,
-        "train.gradual_unfreezing": True,
-    },
+    "discriminative": {"pretrained": True, **LAYERWISE},
+    "ulmfit": {"pretrained": True, **LAYERWISE, "train.gradual_unfreezing": True},
 }
 
 
@@ -50,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--variants",
-        default="scratch,discriminative",
+        default="scratch,pretrained,discriminative",
         help=f"Comma-separated, of: {', '.join(VARIANTS)}.",
     )
     parser.add_argument(
@@ -147,7 +152,8 @@ def main() -> None:
     table = {
         name: {
             **{k: row[k] for k in ("accuracy", "f1", "roc_auc") if k in row},
-            "minutes": minutes[name] + (lm_minutes if name != "scratch" else 0.0),
+            "minutes": minutes[name]
+            + (lm_minutes if VARIANTS[name].get("pretrained") else 0.0),
         }
         for name, row in rows.items()
     }

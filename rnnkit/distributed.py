@@ -269,9 +269,11 @@ class TextSplit:
 
     def dataset(self, split: Any) -> Any:
         """`split` (a batched dataset of `(texts, targets[, weights])`, or a tuple of
-        arrays) with the texts turned into numbers."""
+        arrays) with the texts turned into numbers; None stays None."""
         import tensorflow as tf
 
+        if split is None:
+            return None
         if not isinstance(split, tf.data.Dataset):
             return (self._numbers(split[0]), *split[1:])
         layer = self.preprocessing
