@@ -11,6 +11,11 @@
 - `multiworker`: `MultiWorkerMirroredStrategy` over the machines that `TF_CONFIG` lists
   (`write_tf_config` writes it from `--workers` and `--worker-index`).
 
+A model that reads raw strings (the sentiment classifier's `TextVectorization`) is cut
+under `MirroredStrategy` by `split_text_model`: TensorFlow cannot hand strings to the
+replicas of one process, so its first layer runs in the input pipeline and the rest on
+the replicas, sharing the whole model's layers.
+
 `train.batch_size` is the batch of one replica: the global batch of a step is that
 times the replicas in sync, and the learning rate is never changed to match.
 
