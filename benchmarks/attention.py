@@ -42,6 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
+from timing import cpu_line  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
 
@@ -244,6 +245,7 @@ def main():
         f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds of about "
         "0.5 s per implementation and mode, median seconds per step"
     )
+    print(f"CPU: {cpu_line()}")
     print(f"multi-head: {MHA}; bahdanau: {BAHDANAU}")
     header = (
         f"{'layer':10} {'baseline':32} {'mode':5} | {'rnnkit s':>9} "
