@@ -220,9 +220,11 @@ def _wait_for_listeners(addresses: list[str], seconds: float, message: str) -> N
     deadline = time.monotonic() + seconds
     waiting = list(addresses)
     while waiting:
-        host, _, port = waiting[0].rpartition(":")
+        address = parse_address(waiting[0], "TF_CONFIG")
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            with socket.create_connection(
+                (address.host.strip("[]"), address.port), timeout=1.0
+            ):
                 waiting.pop(0)
                 continue
         except OSError:

@@ -170,19 +170,38 @@ def test_gpu_without_gpu_is_a_clear_error():
         runner.configure_runtime(TrainConfig(device="gpu"))
 
 
-MIRRORED = """
-import json, sys
+# Scripts run in a fresh process (the CPU must be split before TensorFlow starts):
+# argv[1] is the run directory, argv[2] the repository root.
+TWO_CPUS = """
+import json, logging, sys
 import tensorflow as tf
+logging.basicConfig(level=logging.INFO)
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2
 )
 sys.path.insert(0, sys.argv[2])
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+"""
+
+
+def run_on_two_cpus(script: str, run_dir) -> subprocess.CompletedProcess:
+    """`script` after TWO_CPUS in a fresh interpreter; asserts that it exits 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", TWO_CPUS + script, str(run_dir), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+MIRRORED = """
 from tests.stock_support import smoke_config
 from rnnkit import runner
 from rnnkit_recipes.stock.recipe import StockRecipe
 
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 result = runner.run(
     StockRecipe(), smoke_config(), sys.argv[1], strategy=strategy, verbose=0
 )
@@ -199,13 +218,7 @@ print("SINGLE", json.dumps(single.metrics["test"]["model"]))
 
 def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
     run_dir = tmp_path / "mirrored"
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED, str(run_dir), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_on_two_cpus(MIRRORED, run_dir)
     record = json.loads((run_dir / "run.json").read_text())
     device = record["device"]
     assert device.startswith("MirroredStrategy") and "CPU:1" in device
@@ -221,15 +234,7 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
 
 
 MIRRORED_TEXT = """
-import json, logging, sys
-logging.basicConfig(level=logging.INFO)
 import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    cpu, [tf.config.LogicalDeviceConfiguration()] * 2
-)
-sys.path.insert(0, sys.argv[2])
 from rnnkit import config as config_lib, runner
 from rnnkit.errors import ConfigError
 from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
@@ -239,7 +244,6 @@ from tests.sentiment_support import SMOKE_CONFIG
 
 # No shuffling: a distributed dataset shuffles in another (still seeded) order.
 values = {**sentiment_values(), "train.shuffle": False}
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 recipe = SentimentRecipe()
 config = config_lib.resolve(recipe.Config, SMOKE_CONFIG, values)
 mirrored_batch = config.train.batch_size
@@ -274,13 +278,7 @@ def test_a_text_model_mirrors_with_its_strings_read_in_the_input_pipeline(tmp_pa
     TextVectorization in the input pipeline and trains the rest on the replicas, and
     the result equals one device on the global batch."""
     run_dir = tmp_path / "mirrored"
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED_TEXT, str(run_dir), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_on_two_cpus(MIRRORED_TEXT, run_dir)
     assert "vectorizer runs in the input pipeline" in result.stderr
     record = json.loads((run_dir / "run.json").read_text())
     assert record["replicas"] == 2 and record["global_batch_size"] == 128

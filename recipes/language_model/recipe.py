@@ -278,12 +278,8 @@ class LanguageModelRecipe(Recipe):
             import tensorflow as tf
 
             if tf.distribute.get_strategy().num_replicas_in_sync > 1:
-                raise ConfigError(
-                    "train.mode=truncated carries each stream's state from batch to "
-                    "batch in one device's stateful layers, which rnnkit does not "
-                    "split over replicas; use train.mode=independent with several "
-                    "devices or workers, or --strategy one"
-                )
+                # A strategy passed to runner.run directly (the CLI refuses earlier).
+                raise ConfigError(f"{self.single_device(config)}; use --strategy one")
         options = dataclasses.asdict(config.model)
         unigram_bias = options.pop("unigram_bias")
         model = LanguageModel(
