@@ -1,7 +1,8 @@
 """Helpers shared by the attention layer tests: numpy references, gradients, reloads.
 
-Everything runs on the active Keras backend (TensorFlow or JAX). Layer gradients
-come from `tf.GradientTape` or `jax.grad` on the layer's stateless call; the
+Everything runs on the active Keras backend (TensorFlow, JAX or PyTorch). Layer
+gradients come from `tf.GradientTape`, `jax.grad` on the layer's stateless call or
+`torch.autograd.grad`; the
 reference gradients are central finite differences of the float64 numpy equations.
 """
 
@@ -127,6 +128,21 @@ def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
             {name: jnp.asarray(a) for name, a in inputs.items()},
         )
         input_grads = [input_grads[name] for name in names]
+    elif keras.backend.backend() == "torch":
+        import torch
+
+        tensors = {
+            name: torch.tensor(a, requires_grad=True) for name, a in inputs.items()
+        }
+        output = _first(layer(**tensors, **call_kwargs))
+        loss = torch.sum(output * torch.from_numpy(np.asarray(cotangent, "float32")))
+        gradients = torch.autograd.grad(
+            loss,
+            [v.value for v in layer.trainable_variables] + list(tensors.values()),
+        )
+        output = output.detach()
+        weight_grads = gradients[: len(layer.trainable_variables)]
+        input_grads = gradients[len(layer.trainable_variables) :]
     else:
         import tensorflow as tf
 

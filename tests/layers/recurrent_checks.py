@@ -1,7 +1,8 @@
 """Checks shared by the SimpleRNN, LSTM and GRU test modules.
 
-Every check runs on the active Keras backend (TensorFlow or JAX); gradients come from
-`tf.GradientTape` or `jax.grad` on the layer's stateless call.
+Every check runs on the active Keras backend (TensorFlow, JAX or PyTorch); gradients
+come from `tf.GradientTape`, `jax.grad` on the layer's stateless call, or
+`torch.autograd.grad`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,19 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
         (_, outputs), (weight_grads, input_grad) = jax.value_and_grad(
             loss_fn, argnums=(0, 1), has_aux=True
         )(trainable, jnp.asarray(inputs))
+    elif keras.backend.backend() == "torch":
+        import torch
+
+        x = torch.tensor(inputs, requires_grad=True)
+        outputs = as_list(layer(x, **call_kwargs))
+        loss = sum(
+            torch.sum(o * torch.from_numpy(w))
+            for o, w in zip(outputs, output_weights, strict=True)
+        )
+        *weight_grads, input_grad = torch.autograd.grad(
+            loss, [v.value for v in layer.trainable_variables] + [x]
+        )
+        outputs = [o.detach() for o in outputs]
     else:
         import tensorflow as tf
 
@@ -103,8 +117,13 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
     )
 
 
+def _to_numpy(value):
+    # A torch tensor that takes part in autograd refuses np.asarray.
+    return np.asarray(value.detach() if hasattr(value, "detach") else value)
+
+
 def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
-    actual, expected = np.asarray(actual), np.asarray(expected)
+    actual, expected = _to_numpy(actual), _to_numpy(expected)
     assert actual.shape == expected.shape, f"{what}: {actual.shape} != {expected.shape}"
     difference = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
     assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
