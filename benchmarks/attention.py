@@ -21,8 +21,13 @@ allocations are forced through mmap (MALLOC_MMAP_THRESHOLD_) so that freed buffe
 leave the process instead of hiding in malloc's cache. The size of the largest
 intermediate tensor of the Bahdanau score computation is printed next to it.
 
+`--jit-compile` compiles both models' whole training and inference steps with XLA
+(`model.compile(jit_compile=True)`), the fairest baseline for the Bahdanau layer,
+whose per-query loop XLA compiles by default on TensorFlow.
+
     python benchmarks/attention.py
     python benchmarks/attention.py --rounds 3 --skip-memory
+    python benchmarks/attention.py --rounds 3 --skip-memory --jit-compile
 """
 
 from __future__ import annotations
@@ -122,8 +127,14 @@ BENCHMARKS = {
 }
 
 
+# `--jit-compile`: compile both models' whole steps with XLA (Keras' `jit_compile`).
+JIT_COMPILE = False
+
+
 def compile_for_benchmark(model):
-    model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse")
+    model.compile(
+        optimizer=keras.optimizers.SGD(1e-3), loss="mse", jit_compile=JIT_COMPILE
+    )
 
 
 def steps(model, x, y):
@@ -161,7 +172,9 @@ def time_interleaved(name, rounds, seconds_per_round=0.5):
         for impl, model in models.items():
             for mode, step in steps(model, x, y).items():
                 timings[impl, mode].append(_seconds_per_step(step, repeats[mode]))
-    return {key: statistics.median(v) for key, v in timings.items()}, difference
+    path = getattr(ours.layers[-1], "execution_path", None)
+    medians = {key: statistics.median(v) for key, v in timings.items()}
+    return medians, difference, path
 
 
 def _seconds_per_step(step, repeats):
@@ -204,7 +217,14 @@ def peak_memories():
     environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 20))
     children = {
         (name, impl): subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--memory-of", name, impl],
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--memory-of",
+                name,
+                impl,
+                *(["--jit-compile"] if JIT_COMPILE else []),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -234,8 +254,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="Compile every model's whole step with XLA (jit_compile=True).",
+    )
     parser.add_argument("--memory-of", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global JIT_COMPILE
+    JIT_COMPILE = args.jit_compile
     if args.memory_of:
         measure_peak_memory(*args.memory_of)
         return
@@ -243,7 +270,8 @@ def main():
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds of about "
-        "0.5 s per implementation and mode, median seconds per step"
+        "0.5 s per implementation and mode, median seconds per step, "
+        f"whole steps XLA-compiled: {JIT_COMPILE}"
     )
     print(f"CPU: {cpu_line()}")
     print(f"multi-head: {MHA}; bahdanau: {BAHDANAU}")
@@ -257,7 +285,7 @@ def main():
     intermediates = bahdanau_intermediates_mib()
     results = {name: time_interleaved(name, args.rounds) for name in BENCHMARKS}
     memory = {} if args.skip_memory else peak_memories()
-    for name, (timings, difference) in results.items():
+    for name, (timings, difference, path) in results.items():
         for mode in ("train", "infer"):
             ours, theirs = timings["rnnkit", mode], timings["baseline", mode]
             peaks = [
@@ -275,6 +303,8 @@ def main():
                 f"{peaks[1]:>8} | {largest:>24}"
             )
         print(f"{'':10} same weights, max abs output difference {difference:.1e}")
+        if path:
+            print(f"{'':10} rnnkit path: {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,14 @@
 import keras
 from keras import ops
 
-from rnnkit.layers import _attention
+from rnnkit.layers import _attention, _bahdanau_xla
+
+#: `BahdanauAttention.execution_path` for a sequence of queries on TensorFlow.
+XLA_PATH = "XLA-compiled per-query loop, hand-written backward pass"
+#: ... and elsewhere (followed by the reason).
+REMAT_PATH = "per-query loop, recomputed on the backward pass (keras.remat)"
+#: ... and for a single (batch, query_dim) query, a decoder step.
+STEP_PATH = "one query step"
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -28,8 +35,10 @@ class BahdanauAttention(keras.layers.Layer):
     add-tanh-dot. With a sequence of queries (teacher forcing), the scores are
     computed one query position at a time by that same step, with its activations
     recomputed on the backward pass: the naive broadcast would hold a
-    (batch, Tq, Tv, units) tensor, this holds (batch, Tv, units), and it is faster
-    (see `benchmarks/attention.py`).
+    (batch, Tq, Tv, units) tensor, this holds (batch, Tv, units). On TensorFlow
+    that loop and its hand-written backward pass are compiled by XLA, which fuses
+    the add, tanh and dot product of each query into one pass over the cache;
+    `execution_path` names the path taken (speed: `benchmarks/attention.py`).
 
     Masks follow `keras.layers.MultiHeadAttention`: padded keys (`value_mask` /
     `key_mask`) get exactly zero weight, padded queries (`query_mask`) attend to
@@ -51,6 +60,13 @@ class BahdanauAttention(keras.layers.Layer):
         kernel_constraint: constraint for the kernels and `score_vector`,
             default None.
         bias_constraint: constraint for `bias`, default None.
+        jit_compile: None (default), True or False. Whether the scores of a
+            sequence of queries are computed by an XLA-compiled loop on the
+            TensorFlow backend. None does so when this TensorFlow can compile with
+            XLA; True requires it; False keeps TensorFlow's own kernels (XLA
+            compiles each new input shape once, about 0.3 s on a 2-core CPU, which
+            a stream of ever-new shapes pays again and again). Not used on JAX,
+            whose functions XLA compiles anyway, nor on PyTorch.
         **kwargs: base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -97,6 +113,7 @@ class BahdanauAttention(keras.layers.Layer):
         bias_regularizer=None,
         kernel_constraint=None,
         bias_constraint=None,
+        jit_compile=None,
         **kwargs,
     ):
         if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
@@ -105,9 +122,15 @@ class BahdanauAttention(keras.layers.Layer):
             raise ValueError(
                 f"`use_bias` must be True or False. Received: {use_bias!r}"
             )
+        if jit_compile not in (None, True, False):
+            raise ValueError(
+                f"`jit_compile` must be None, True or False. Received: {jit_compile!r}"
+            )
         super().__init__(**kwargs)
         self.units = units
         self.use_bias = use_bias
+        self.jit_compile = jit_compile
+        self.execution_path = None
         _attention.set_weight_options(
             self,
             kernel_initializer=kernel_initializer,
@@ -207,10 +230,16 @@ class BahdanauAttention(keras.layers.Layer):
         # variables read inside, so passing the variable would count it twice.
         score_vector = ops.copy(self.score_vector)
         if single_step:
+            self.execution_path = STEP_PATH
             scores = self._step_scores(
                 projected_query[:, 0], projected_key, score_vector
             )  # (batch, Tv)
             scores = ops.expand_dims(scores, 1)  # (batch, 1, Tv)
+        elif self._use_xla():
+            self.execution_path = XLA_PATH
+            scores = _bahdanau_xla.sequence_scores(
+                projected_query, projected_key, score_vector
+            )  # (batch, Tq, Tv)
         else:
             score = keras.remat(self._step_scores)
             scores = ops.map(
@@ -236,12 +265,34 @@ class BahdanauAttention(keras.layers.Layer):
             return context, weights
         return context
 
+    def _use_xla(self):
+        """Whether a sequence of queries takes the XLA path; sets
+        `execution_path` with the reason when it does not."""
+        backend = keras.backend.backend()
+        reason = None
+        if backend != "tensorflow":
+            reason = f"backend is {backend}"
+        elif self.jit_compile is False:
+            reason = "jit_compile=False"
+        elif not _bahdanau_xla.available():
+            reason = "this TensorFlow cannot compile with XLA"
+        if reason is None:
+            return True
+        if self.jit_compile and backend != "jax":
+            raise ValueError(
+                f"{self.name}: jit_compile=True cannot be honoured: {reason}. "
+                "Pass jit_compile=None to fall back to the uncompiled loop."
+            )
+        self.execution_path = f"{REMAT_PATH}: {reason}"
+        return False
+
     def get_config(self):
         config = super().get_config()
         config.update(
             {
                 "units": self.units,
                 "use_bias": self.use_bias,
+                "jit_compile": self.jit_compile,
                 **_attention.weight_options_config(self),
             }
         )

@@ -33,9 +33,9 @@ def inputs(seed=0):
     }
 
 
-def built_layer(use_bias=True, seed=0):
+def built_layer(use_bias=True, seed=0, jit_compile=None):
     """A layer with random weights, including a nonzero bias."""
-    layer = BahdanauAttention(UNITS, use_bias=use_bias)
+    layer = BahdanauAttention(UNITS, use_bias=use_bias, jit_compile=jit_compile)
     layer.build((None, None, QUERY_DIM), (None, None, VALUE_DIM), (None, None, KEY_DIM))
     rng = np.random.RandomState(seed)
     for variable in layer.trainable_variables:
@@ -92,15 +92,48 @@ def test_outputs_and_weights_match_numpy(use_bias, masks):
     assert_close(keras.ops.convert_to_numpy(weights), expected_weights, what="weights")
 
 
+# The two ways of scoring a sequence of queries: XLA-compiled with a hand-written
+# backward pass (TensorFlow's default), and the keras.remat loop (everywhere else).
+PATHS = {"default": None, "uncompiled": False}
+
+
+@pytest.mark.parametrize("jit_compile", PATHS.values(), ids=PATHS.keys())
 @pytest.mark.parametrize("masks", MASK_CASES.values(), ids=MASK_CASES.keys())
-def test_gradients_match_numpy(masks):
+def test_gradients_match_numpy(masks, jit_compile):
     mask = checks.numpy_attention_mask(TQ, TV, **masks)
 
     def forward(query_kernel, key_kernel, bias, v, query, value, key):
         weights = (query_kernel, key_kernel, bias, v)
         return numpy_bahdanau(query, value, key, *weights, mask)[0]
 
-    checks.check_gradients_match_numpy(built_layer(), inputs(1), forward, **masks)
+    layer = built_layer(jit_compile=jit_compile)
+    checks.check_gradients_match_numpy(layer, inputs(1), forward, **masks)
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    if on_tensorflow and jit_compile is None:
+        assert layer.execution_path == bahdanau_attention.XLA_PATH
+    else:
+        assert layer.execution_path.startswith(bahdanau_attention.REMAT_PATH)
+
+
+def test_execution_path_names_why_the_loop_is_not_compiled():
+    layer = built_layer(jit_compile=False)
+    layer(**inputs())
+    backend = keras.backend.backend()
+    reason = "jit_compile=False" if backend == "tensorflow" else f"backend is {backend}"
+    assert layer.execution_path == f"{bahdanau_attention.REMAT_PATH}: {reason}"
+    layer(inputs()["query"][:, 0], inputs()["value"], inputs()["key"])
+    assert layer.execution_path == bahdanau_attention.STEP_PATH
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch", reason="XLA is unavailable on torch only"
+)
+def test_jit_compile_true_that_cannot_be_honoured_is_a_clear_error():
+    layer = built_layer(jit_compile=True)
+    with pytest.raises(
+        ValueError, match="jit_compile=True cannot be honoured: backend"
+    ):
+        layer(**inputs())
 
 
 def test_single_step_gradients_match_numpy():
@@ -121,13 +154,14 @@ def test_single_step_gradients_match_numpy():
 @pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="tf.function is TensorFlow's"
 )
-def test_graph_mode_gradients_equal_eager_gradients():
+@pytest.mark.parametrize("jit_compile", PATHS.values(), ids=PATHS.keys())
+def test_graph_mode_gradients_equal_eager_gradients(jit_compile):
     """In a tf.function (as in fit) the per-query loop and its recomputation on the
     backward pass give the same gradients as eager execution."""
     import tensorflow as tf
 
     data = {name: tf.constant(a) for name, a in inputs(3).items()}
-    layer = built_layer()
+    layer = built_layer(jit_compile=jit_compile)
     value_mask = tf.constant(checks.padding_mask())
 
     def gradients():
@@ -238,7 +272,13 @@ def test_causal_mask_needs_a_sequence_of_queries():
 
 
 @pytest.mark.parametrize(
-    "arguments", [{"units": 0}, {"units": 2.5}, {"units": 4, "use_bias": "yes"}]
+    "arguments",
+    [
+        {"units": 0},
+        {"units": 2.5},
+        {"units": 4, "use_bias": "yes"},
+        {"units": 4, "jit_compile": "auto"},
+    ],
 )
 def test_invalid_arguments_are_rejected(arguments):
     with pytest.raises(ValueError, match=list(arguments)[-1]):
@@ -247,7 +287,7 @@ def test_invalid_arguments_are_rejected(arguments):
 
 def test_config_round_trip():
     checks.check_config_round_trip(
-        BahdanauAttention(7, use_bias=True, kernel_regularizer="l2")
+        BahdanauAttention(7, use_bias=True, kernel_regularizer="l2", jit_compile=False)
     )
 
 
