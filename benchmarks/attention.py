@@ -15,8 +15,9 @@ forward pass (`predict_on_batch`); the median over rounds is reported with the r
 baseline time / rnnkit time (> 1: rnnkit faster).
 
 Peak memory is measured on the host, once the timings are done, in a fresh
-subprocess per implementation: after a warm-up step, the process' peak resident set
-(VmHWM, Linux) is reset and its increase during one more step is read. Large
+subprocess per implementation and mode: once the model is built, the process' peak
+resident set (VmHWM, Linux) is reset and its increase during the first two steps
+(tracing included) is read. Large
 allocations are forced through mmap (MALLOC_MMAP_THRESHOLD_) so that freed buffers
 leave the process instead of hiding in malloc's cache. The size of the largest
 intermediate tensor of the Bahdanau score computation is printed next to it.
@@ -192,54 +193,65 @@ def _memory_kib(field):
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def measure_peak_memory(name, impl):
-    """Child process: peak host memory increase (MiB) of one step per mode."""
+def measure_peak_memory(name, impl, mode):
+    """Child process: peak host memory increase (MiB) of the first two steps of one
+    mode, over the resident set of the built model.
+
+    The first step's tracing is included (alike for both implementations): measuring
+    only a later step would miss buffers that TensorFlow keeps from the first one
+    and reuses.
+    """
     ours, baseline, x, y = BENCHMARKS[name][0]()
     model = ours if impl == "rnnkit" else baseline
     compile_for_benchmark(model)
-    peaks = {}
-    for mode, step in steps(model, x, y).items():
-        step()  # trace and warm up
-        gc.collect()  # buffers of the warm-up step held by reference cycles
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")  # resets VmHWM to the current resident set
-        before = _memory_kib("VmRSS")
-        step()
-        peaks[mode] = (_memory_kib("VmHWM") - before) / 1024
-    print(json.dumps(peaks))
+    step = steps(model, x, y)[mode]
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # resets VmHWM to the current resident set
+    before = _memory_kib("VmRSS")
+    step()
+    step()
+    print(json.dumps((_memory_kib("VmHWM") - before) / 1024))
 
 
 def peak_memories():
-    """`measure_peak_memory` of every benchmark and implementation, each in a fresh
-    process, all at once (timings are over): {(name, impl): {mode: MiB} or None}."""
+    """`measure_peak_memory` of every benchmark, implementation and mode, each in a
+    fresh process, two at a time (timings are over): {(name, impl): {mode: MiB}}."""
     if not os.path.exists("/proc/self/clear_refs"):
         return {}
     environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 20))
-    children = {
-        (name, impl): subprocess.Popen(
-            [
-                sys.executable,
-                os.path.abspath(__file__),
-                "--memory-of",
-                name,
-                impl,
-                *(["--jit-compile"] if JIT_COMPILE else []),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environment,
-        )
+    jobs = [
+        (name, impl, mode)
         for name in BENCHMARKS
         for impl in ("rnnkit", "baseline")
-    }
+        for mode in ("train", "infer")
+    ]
     peaks = {}
-    for key, child in children.items():
-        stdout, stderr = child.communicate()
-        if child.returncode != 0:
-            sys.stderr.write(stderr[-2000:])
-            continue
-        peaks[key] = json.loads(stdout.strip().splitlines()[-1])
+    for start in range(0, len(jobs), 2):
+        children = {
+            job: subprocess.Popen(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--memory-of",
+                    *job,
+                    *(["--jit-compile"] if JIT_COMPILE else []),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=environment,
+            )
+            for job in jobs[start : start + 2]
+        }
+        for (name, impl, mode), child in children.items():
+            stdout, stderr = child.communicate()
+            if child.returncode != 0:
+                sys.stderr.write(stderr[-2000:])
+                continue
+            peaks.setdefault((name, impl), {})[mode] = json.loads(
+                stdout.strip().splitlines()[-1]
+            )
     return peaks
 
 
@@ -259,7 +271,7 @@ def main():
         action="store_true",
         help="Compile every model's whole step with XLA (jit_compile=True).",
     )
-    parser.add_argument("--memory-of", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-of", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global JIT_COMPILE
     JIT_COMPILE = args.jit_compile
@@ -289,7 +301,9 @@ def main():
         for mode in ("train", "infer"):
             ours, theirs = timings["rnnkit", mode], timings["baseline", mode]
             peaks = [
-                f"{memory[name, impl][mode]:.0f}" if (name, impl) in memory else "n/a"
+                f"{memory[name, impl][mode]:.0f}"
+                if mode in memory.get((name, impl), {})
+                else "n/a"
                 for impl in ("rnnkit", "baseline")
             ]
             largest = "-"
