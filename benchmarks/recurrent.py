@@ -19,6 +19,8 @@ as a third column, interleaved in the same rounds.
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
+    KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
+    python benchmarks/recurrent.py --jit-compile   # both models' steps under XLA
 """
 
 from __future__ import annotations
@@ -91,11 +93,15 @@ def torch_model(family, units):
     return train, infer
 
 
+# `--jit-compile`: compile the whole training and inference steps with XLA.
+JIT_COMPILE = False
+
+
 def build(layer):
     model = keras.Sequential(
         [keras.Input((None, FEATURES)), layer, keras.layers.Dense(1)]
     )
-    model.compile(optimizer="adam", loss="mse")
+    model.compile(optimizer="adam", loss="mse", jit_compile=JIT_COMPILE)
     return model
 
 
@@ -156,7 +162,14 @@ def main():
     parser.add_argument(
         "--torch", action="store_true", help="Add torch.nn.LSTM/GRU as a third column."
     )
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="Compile both Keras models' whole steps with XLA (jit_compile=True).",
+    )
     args = parser.parse_args()
+    global JIT_COMPILE
+    JIT_COMPILE = args.jit_compile
     if args.torch:
         import torch
 
@@ -166,7 +179,8 @@ def main():
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
-        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps"
+        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps, "
+        f"whole steps XLA-compiled: {JIT_COMPILE}"
         + (f", torch {__import__('torch').__version__}" if args.torch else "")
     )
     header = (
