@@ -16,8 +16,8 @@ it runs the queries again, recomputes tanh and accumulates
 with h_ij = tanh(W_q q_i + W_k k_j) and g_ij = (1 - h_ij^2) v_a de_ij, so its
 memory, like the forward pass', is one (batch, Tv, units) tensor.
 
-XLA compiles each new shape once (about a third of a second on a 2-core CPU, the
-backward pass included) and then reuses it.
+XLA compiles each new shape once (0.3-0.5 s on a 2-core CPU, the backward pass
+included) and then reuses it.
 """
 
 from __future__ import annotations

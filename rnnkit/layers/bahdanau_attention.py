@@ -64,7 +64,7 @@ class BahdanauAttention(keras.layers.Layer):
             sequence of queries are computed by an XLA-compiled loop on the
             TensorFlow backend. None does so when this TensorFlow can compile with
             XLA; True requires it; False keeps TensorFlow's own kernels (XLA
-            compiles each new input shape once, about 0.3 s on a 2-core CPU, which
+            compiles each new input shape once, 0.3-0.5 s on a 2-core CPU, which
             a stream of ever-new shapes pays again and again). Not used on JAX,
             whose functions XLA compiles anyway, nor on PyTorch.
         **kwargs: base layer arguments, such as `name` and `dtype`.
