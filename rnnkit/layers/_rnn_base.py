@@ -235,6 +235,12 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 reasons.append(f"{name}={_activation_name(getattr(self, name))}")
         return reasons
 
+    def loop_weights(self):
+        """The weights the layer's own loop hands to every `step`: by default
+        `gate_weights()`; a cell may lay them out otherwise for the active backend
+        when that is measured to be faster (`step` accepts both)."""
+        return self.gate_weights()
+
     def call(self, inputs, states, training=False):
         nested = isinstance(states, (list, tuple))
         states = list(states) if nested else [states]
@@ -471,7 +477,7 @@ class RecurrentLayer(keras.layers.RNN):
             return self._hand_written_bptt_loop(
                 sequences, initial_state, mask, input_mask
             )
-        weights = cell.gate_weights()
+        weights = cell.loop_weights()
 
         def step(inputs, states):
             return cell.step(inputs, states, weights, input_mask, recurrent_mask)

@@ -138,10 +138,30 @@ class LSTMCell(RecurrentCell):
             )
         ]
 
+    def loop_weights(self):
+        """`gate_weights()`, or on JAX the four stacks side by side in one
+        (input_dim [+ 1] + units, 4 units) matrix, for one matmul per step.
+
+        Measured with `benchmarks/recurrent.py`-sized models (batch 64, input 64,
+        2-core AMD EPYC): at 100 steps x 256 units one matmul raised JAX's inference
+        from 0.72x to 0.96x `keras.layers.LSTM` and training from 0.92x to 1.06x
+        (at 200 x 512 it changed nothing); on TensorFlow four matmuls run side by side
+        on the two cores and one would cut inference from 1.50x to 1.10x; on PyTorch
+        it changed nothing.
+        """
+        stacked = self.gate_weights()
+        if keras.backend.backend() == "jax":
+            return [ops.concatenate(stacked, axis=-1)]
+        return stacked
+
     def _pre_activations(self, x_t, h_in, stacked):
         """x_t W_g + b_g + h_{t-1} U_g for g in (i, f, c, o), each (batch, units);
-        `x_t` is [x_t, 1] with biases."""
+        `x_t` is [x_t, 1] with biases. `stacked` holds one [W_g; b_g; U_g] per gate
+        (`gate_weights()`) or the four side by side in one matrix (`loop_weights()`
+        on JAX)."""
         xh = ops.concatenate([x_t, h_in], axis=-1)  # (batch, input_dim [+ 1] + units)
+        if len(stacked) == 1:
+            return ops.split(ops.matmul(xh, stacked[0]), 4, axis=-1)
         return [ops.matmul(xh, stacked[gate]) for gate in range(4)]
 
     def _gate_values(self, x_t, h_in, stacked):

@@ -115,6 +115,32 @@ def test_gate_activations_reproduce_one_step():
         assert values.min() > 0 and values.max() < 1, name
 
 
+def test_loop_weights_give_the_step_of_the_per_gate_weights():
+    """The layer's loop may hand `step` the gates side by side in one matrix (on
+    JAX); the step is the same as with the per-gate stacks of `gate_weights()`."""
+    cell = LSTMCell(3)
+    x = checks.random_inputs(9)[:, 0]
+    cell.build(x.shape)
+    states = [
+        keras.ops.convert_to_tensor(
+            np.random.RandomState(seed).randn(checks.BATCH, 3).astype("float32")
+        )
+        for seed in (3, 4)
+    ]
+    inputs = cell.augment_inputs(keras.ops.convert_to_tensor(x))
+    per_gate = cell.gate_weights()
+    side_by_side = [keras.ops.concatenate(per_gate, axis=-1)]
+    expected_h, (_, expected_c) = cell.step(inputs, states, per_gate)
+    h, (_, c) = cell.step(inputs, states, side_by_side)
+    checks.assert_close(h, expected_h, what="h")
+    checks.assert_close(c, expected_c, what="c")
+    loop = cell.loop_weights()
+    if keras.backend.backend() == "jax":
+        assert [tuple(w.shape) for w in loop] == [(checks.FEATURES + 1 + 3, 12)]
+    else:
+        assert len(loop) == 4
+
+
 def test_execution_path_names_the_reason():
     layer = LSTM(3, recurrent_dropout=0.1)
     layer(np.zeros((2, 4, 3), "float32"))
