@@ -129,7 +129,7 @@ BENCHMARKS = {
 
 
 # `--jit-compile`: compile both models' whole steps with XLA (Keras' `jit_compile`).
-JIT_COMPILE = False
+JIT_COMPILE = "auto"  # Keras' default: XLA on JAX, not on TensorFlow's CPU
 
 
 def compile_for_benchmark(model):
@@ -235,7 +235,7 @@ def peak_memories():
                     os.path.abspath(__file__),
                     "--memory-of",
                     *job,
-                    *(["--jit-compile"] if JIT_COMPILE else []),
+                    *(["--jit-compile"] if JIT_COMPILE is True else []),
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -274,7 +274,7 @@ def main():
     parser.add_argument("--memory-of", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global JIT_COMPILE
-    JIT_COMPILE = args.jit_compile
+    JIT_COMPILE = True if args.jit_compile else "auto"
     if args.memory_of:
         measure_peak_memory(*args.memory_of)
         return
