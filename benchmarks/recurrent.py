@@ -20,7 +20,6 @@ as a third column, interleaved in the same rounds.
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
-    python benchmarks/recurrent.py --jit-compile   # both models' steps under XLA
 """
 
 from __future__ import annotations
@@ -93,15 +92,11 @@ def torch_model(family, units):
     return train, infer
 
 
-# `--jit-compile`: compile the whole training and inference steps with XLA (True).
-JIT_COMPILE = "auto"  # Keras' default: XLA on JAX, not on TensorFlow's CPU
-
-
 def build(layer):
     model = keras.Sequential(
         [keras.Input((None, FEATURES)), layer, keras.layers.Dense(1)]
     )
-    model.compile(optimizer="adam", loss="mse", jit_compile=JIT_COMPILE)
+    model.compile(optimizer="adam", loss="mse")
     return model
 
 
@@ -162,14 +157,7 @@ def main():
     parser.add_argument(
         "--torch", action="store_true", help="Add torch.nn.LSTM/GRU as a third column."
     )
-    parser.add_argument(
-        "--jit-compile",
-        action="store_true",
-        help="Compile both Keras models' whole steps with XLA (jit_compile=True).",
-    )
     args = parser.parse_args()
-    global JIT_COMPILE
-    JIT_COMPILE = True if args.jit_compile else "auto"
     if args.torch:
         import torch
 
@@ -179,8 +167,7 @@ def main():
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
-        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps, "
-        f"whole steps XLA-compiled: {JIT_COMPILE}"
+        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps"
         + (f", torch {__import__('torch').__version__}" if args.torch else "")
     )
     header = (
