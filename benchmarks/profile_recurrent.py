@@ -16,7 +16,6 @@ import argparse
 import collections
 import os
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from recurrent import BATCH, FEATURES, build  # noqa: E402
+from recurrent import BATCH, FEATURES, build, time_call  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 from timing import cpu_line  # noqa: E402
 
@@ -79,10 +78,7 @@ def main():
     }[args.mode]
     for _ in range(3):  # trace and warm up
         step()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    wall = (time.perf_counter() - start) / args.steps * 1e3
+    wall = time_call(step, args.steps) * 1e3
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         for _ in range(args.steps):

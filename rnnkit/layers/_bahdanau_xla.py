@@ -25,15 +25,9 @@ from __future__ import annotations
 import functools
 
 
-def _import_tf():
-    import tensorflow as tf
-
-    return tf
-
-
 def _forward(projected_query, projected_key, score_vector):
     """(Tq, batch, units), (batch, Tv, units), (units,) -> scores (Tq, batch, Tv)."""
-    tf = _import_tf()
+    import tensorflow as tf
 
     def one_query(query):  # (batch, units)
         hidden = tf.tanh(query[:, None, :] + projected_key)  # (batch, Tv, units)
@@ -44,7 +38,8 @@ def _forward(projected_query, projected_key, score_vector):
 
 def _backward(projected_query, projected_key, score_vector, d_scores):
     """Gradients of the three inputs of `_forward` from d scores (Tq, batch, Tv)."""
-    tf = _import_tf()
+    import tensorflow as tf
+
     steps = tf.shape(projected_query)[0]
 
     def body(i, d_key, d_vector, d_query_ta):
@@ -76,7 +71,8 @@ def _backward(projected_query, projected_key, score_vector, d_scores):
 @functools.cache
 def _compiled():
     """The XLA-compiled forward and backward functions (built on first use)."""
-    tf = _import_tf()
+    import tensorflow as tf
+
     compile_ = functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
     return compile_(_forward), compile_(_backward)
 
@@ -84,13 +80,13 @@ def _compiled():
 @functools.cache
 def available() -> bool:
     """Whether this TensorFlow can XLA-compile on the CPU (tried once, eagerly)."""
-    tf = _import_tf()
+    import tensorflow as tf
+
     try:
         # init_scope: run eagerly even when first asked inside a tf.function trace.
         with tf.init_scope(), tf.device("/CPU:0"):
             forward, _ = _compiled()
-            query = tf.zeros((1, 1, 1))
-            forward(query, tf.zeros((1, 1, 1)), tf.zeros((1,))).numpy()
+            forward(tf.zeros((1, 1, 1)), tf.zeros((1, 1, 1)), tf.zeros((1,))).numpy()
     except (tf.errors.OpError, NotImplementedError, ValueError):
         return False
     return True
@@ -99,7 +95,8 @@ def available() -> bool:
 def sequence_scores(projected_query, projected_key, score_vector):
     """Scores (batch, Tq, Tv) from W_q q (batch, Tq, units), W_k k + b
     (batch, Tv, units) and v_a (units,), differentiable in all three."""
-    tf = _import_tf()
+    import tensorflow as tf
+
     forward, backward = _compiled()
 
     @tf.custom_gradient
