@@ -14,11 +14,14 @@ GFLOP/s of rnnkit's training step, counting 3x the forward recurrent matmuls
 (T x 2 (input + hidden) x gates x hidden per sequence; gates = 4 for the LSTM, 3 for
 the GRU), and its fraction of that peak. `--torch` adds `torch.nn.LSTM`/`GRU` with
 the same sizes and threads (batch first, a Linear(1) head on the last output, Adam)
-as a third column, interleaved in the same rounds.
+as a third column, interleaved in the same rounds. `--uncompiled` adds rnnkit's layer
+with `jit_compile=False` (the plain TensorFlow loop, as for a sequence length that
+is not static) on a line of its own under each row, interleaved in the same rounds.
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
+    python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -107,20 +110,27 @@ def time_call(function, steps):
     return (time.perf_counter() - start) / steps
 
 
-def run_config(family, steps_in_time, units, rounds, steps_per_round, with_torch):
+def run_config(
+    family, steps_in_time, units, rounds, steps_per_round, with_torch, uncompiled=False
+):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
     y = rng.standard_normal((BATCH, 1), dtype=np.float32)
     builtin = build(getattr(keras.layers, family)(units))
     ours = build(getattr(rnnkit.layers, family)(units))
     ours.set_weights(builtin.get_weights())
+    models = [("rnnkit", ours), ("keras", builtin)]
+    if uncompiled:
+        plain = build(getattr(rnnkit.layers, family)(units, jit_compile=False))
+        plain.set_weights(builtin.get_weights())
+        models.append(("uncompiled", plain))
     # name -> (training step, inference step)
     steps = {
         name: (
             lambda m=model: m.train_on_batch(x, y),
             lambda m=model: m.predict_on_batch(x),
         )
-        for name, model in (("rnnkit", ours), ("keras", builtin))
+        for name, model in models
     }
     if with_torch:
         import torch
@@ -157,6 +167,11 @@ def main():
     parser.add_argument(
         "--torch", action="store_true", help="Add torch.nn.LSTM/GRU as a third column."
     )
+    parser.add_argument(
+        "--uncompiled",
+        action="store_true",
+        help="Add rnnkit's layer with jit_compile=False on a line under each row.",
+    )
     args = parser.parse_args()
     if args.torch:
         import torch
@@ -190,6 +205,7 @@ def main():
                 args.rounds,
                 args.steps_per_round,
                 args.torch,
+                args.uncompiled,
             )
             train = rates["rnnkit", "train"] / rates["keras", "train"]
             infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
@@ -211,6 +227,15 @@ def main():
                     f"{rates['rnnkit', 'infer'] / rates['torch', 'infer']:>5.2f}x"
                 )
             print(line, flush=True)
+            if args.uncompiled:
+                print(
+                    f"{'  jit_compile=False':18}| "
+                    f"{rates['uncompiled', 'train']:>18.1f} {'':>8} "
+                    f"{rates['uncompiled', 'train'] / rates['keras', 'train']:>5.2f}x "
+                    f"{'':>8} {'':>7} | {rates['uncompiled', 'infer']:>18.1f} {'':>8} "
+                    f"{rates['uncompiled', 'infer'] / rates['keras', 'infer']:>5.2f}x",
+                    flush=True,
+                )
             path_notes.update(paths.items())
     for kind, path in sorted(path_notes):
         print(f"rnnkit {kind}: {path}")

@@ -77,21 +77,6 @@ def _compiled():
     return compile_(_forward), compile_(_backward)
 
 
-@functools.cache
-def available() -> bool:
-    """Whether this TensorFlow can XLA-compile on the CPU (tried once, eagerly)."""
-    import tensorflow as tf
-
-    try:
-        # init_scope: run eagerly even when first asked inside a tf.function trace.
-        with tf.init_scope(), tf.device("/CPU:0"):
-            forward, _ = _compiled()
-            forward(tf.zeros((1, 1, 1)), tf.zeros((1, 1, 1)), tf.zeros((1,))).numpy()
-    except (tf.errors.OpError, NotImplementedError, ValueError):
-        return False
-    return True
-
-
 def sequence_scores(projected_query, projected_key, score_vector):
     """Scores (batch, Tq, Tv) from W_q q (batch, Tq, units), W_k k + b
     (batch, Tv, units) and v_a (units,), differentiable in all three."""

@@ -26,6 +26,8 @@ steps instead of one small matmul and one accumulation per step and weight.
 
 from __future__ import annotations
 
+import types
+
 import keras
 from keras import ops
 
@@ -235,6 +237,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 reasons.append(f"{name}={_activation_name(getattr(self, name))}")
         return reasons
 
+    def xla_pays(self, training: bool) -> bool:
+        """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
+        for a training (or an inference) call on a CPU: where that was measured to
+        be faster than TensorFlow's plain loop (`benchmarks/recurrent.py
+        --uncompiled`). By default it does."""
+        return True
+
     def loop_weights(self):
         """The weights the layer's own loop hands to every `step`: by default
         `gate_weights()`; a cell may lay them out otherwise for the active backend
@@ -310,12 +319,18 @@ class RecurrentLayer(keras.layers.RNN):
         stateful=False,
         unroll=False,
         use_cudnn="auto",
+        jit_compile=None,
         **kwargs,
     ):
         if use_cudnn not in ("auto", True, False):
             raise ValueError(
                 "Argument `use_cudnn` must be 'auto', True or False, "
                 f"received use_cudnn={use_cudnn!r}."
+            )
+        if jit_compile not in (None, True, False):
+            raise ValueError(
+                "Argument `jit_compile` must be None, True or False, "
+                f"received jit_compile={jit_compile!r}."
             )
         super().__init__(
             cell,
@@ -328,10 +343,12 @@ class RecurrentLayer(keras.layers.RNN):
         )
         self.input_spec = keras.layers.InputSpec(ndim=3)
         self.use_cudnn = use_cudnn
+        self.jit_compile = jit_compile
         self.execution_path = "not run yet"
         if keras.backend.backend() == "tensorflow":
-            # XLA-compiled while loops run slower than the plain loop on CPU, and the
-            # cuDNN kernel cannot be compiled at all (as for keras.layers.LSTM).
+            # The cuDNN kernel cannot be compiled by XLA (as for keras.layers.LSTM);
+            # the generic loop compiles its own loops where that pays
+            # (`jit_compile`).
             self.supports_jit = False
 
     def _cudnn_blockers(self, training) -> list[str]:
@@ -406,26 +423,65 @@ class RecurrentLayer(keras.layers.RNN):
         return generic_loop()
 
     def _generic_path(self, sequences, initial_state, mask, training):
-        """The generic loop's name ("generic loop, hand-written BPTT") and runner."""
-        path = "generic loop"
+        """The generic loop's name ("generic loop, XLA-compiled, hand-written
+        BPTT") and runner."""
         hand_written = False
+        bptt = ""
         if training:
             # Only a training call takes the hand-written backward pass: its forward
             # loop stores what the backward loop needs, which inference need not pay.
             reasons = self._bptt_blockers()
             hand_written = not reasons
-            path += (
+            bptt = (
                 ", hand-written BPTT"
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
+        compiled = self._use_xla(sequences, training, hand_written)
+        path = "generic loop" + (", XLA-compiled" if compiled else "") + bptt
 
         def generic_loop():
             return self._generic_loop(
-                sequences, initial_state, mask, training, hand_written
+                sequences, initial_state, mask, training, hand_written, compiled
             )
 
         return path, generic_loop
+
+    def _use_xla(self, sequences, training, hand_written) -> bool:
+        """Whether the generic loop runs XLA-compiled (see `jit_compile`)."""
+        from rnnkit.layers import _xla
+
+        backend = keras.backend.backend()
+        if self.jit_compile is False or backend == "jax":
+            return False  # JAX compiles the whole step anyway
+        reason = None
+        if backend != "tensorflow":
+            reason = f"backend is {backend}"
+        elif self.unroll:
+            reason = "unroll=True"
+        elif training and not hand_written:
+            reason = "the autodiff backward pass is not compiled"
+        elif not _xla.available():
+            reason = "this TensorFlow cannot compile with XLA"
+        if self.jit_compile:
+            if reason:
+                raise ValueError(
+                    f"{self.name}: jit_compile=True cannot be honoured: {reason}. "
+                    "Pass jit_compile=None to fall back to the uncompiled loop."
+                )
+            return True
+        if reason:
+            return False
+        import tensorflow as tf
+
+        # jit_compile=None: where it was measured to pay, on a CPU, and for a known
+        # number of steps (XLA compiles once per shape: padding every batch to its
+        # own length would compile again and again).
+        return (
+            self.cell.xla_pays(bool(training))
+            and sequences.shape[1] is not None
+            and not tf.config.list_logical_devices("GPU")
+        )
 
     def _cudnn_or_generic_per_batch(
         self, sequences, initial_state, mask, training, generic_path, generic_loop
@@ -460,7 +516,13 @@ class RecurrentLayer(keras.layers.RNN):
         return reasons + self.cell.bptt_blockers()
 
     def _generic_loop(
-        self, sequences, initial_state, mask, training, hand_written=False
+        self,
+        sequences,
+        initial_state,
+        mask,
+        training,
+        hand_written=False,
+        compiled=False,
     ):
         cell = self.cell
         # Split the weights and draw the dropout masks once per sequence, outside the
@@ -470,14 +532,30 @@ class RecurrentLayer(keras.layers.RNN):
         )
         if input_mask is not None:
             input_mask = cell.augment_inputs(input_mask)  # never drops the bias
-        steps = sequences.shape[1]
         sequences = cell.augment_inputs(sequences)  # [x_t, 1], once per sequence
         initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
         if hand_written:
             return self._hand_written_bptt_loop(
-                sequences, initial_state, mask, input_mask
+                sequences, initial_state, mask, input_mask, compiled
             )
         weights = cell.loop_weights()
+        if compiled:
+            return self._compiled_loop(sequences, initial_state, mask, weights)
+        return self._loop(
+            sequences, initial_state, mask, weights, input_mask, recurrent_mask
+        )
+
+    def _loop(
+        self,
+        sequences,
+        initial_state,
+        mask,
+        weights,
+        input_mask=None,
+        recurrent_mask=None,
+    ):
+        """Keras' time loop over the cell's `step`: (last output, outputs, states)."""
+        cell = self.cell
 
         def step(inputs, states):
             return cell.step(inputs, states, weights, input_mask, recurrent_mask)
@@ -489,12 +567,67 @@ class RecurrentLayer(keras.layers.RNN):
             go_backwards=self.go_backwards,
             mask=mask,
             unroll=self.unroll,
-            input_length=steps,
+            input_length=sequences.shape[1],
             zero_output_for_mask=self.zero_output_for_mask,
             return_all_outputs=self.return_sequences,
         )
 
-    def _hand_written_bptt_loop(self, sequences, initial_state, mask, input_mask):
+    def _compiled_loop(self, sequences, initial_state, mask, weights):
+        """`_loop` (no dropout) compiled by XLA; its gradient, when one is asked for,
+        differentiates the uncompiled loop run again (XLA cannot hand the loop's
+        intermediate values to TensorFlow's automatic differentiation)."""
+        import tensorflow as tf
+
+        compiled = getattr(self, "_rnnkit_xla_loop", None)
+        if compiled is None:
+            # A plain object: the layer's attribute tracking leaves it alone.
+            compiled = types.SimpleNamespace(
+                run=tf.function(self._loop, jit_compile=True, reduce_retracing=True)
+            )
+            self._rnnkit_xla_loop = compiled
+        leaves = tf.nest.flatten(weights)  # None where a cell has no such weight
+
+        def rebuild(tensors):
+            tensors = iter(tensors)
+            return tf.nest.pack_sequence_as(
+                weights, [None if leaf is None else next(tensors) for leaf in leaves]
+            )
+
+        num_states = len(initial_state)
+
+        @tf.custom_gradient
+        def loop(inputs, *args):
+            states, weights_ = list(args[:num_states]), args[num_states:]
+            last, outputs, new_states = compiled.run(
+                tf.stop_gradient(inputs),
+                [tf.stop_gradient(s) for s in states],
+                mask,
+                rebuild([tf.stop_gradient(w) for w in weights_]),
+            )
+
+            def gradient(*upstream):
+                with tf.GradientTape() as tape:
+                    tape.watch([inputs, *args])
+                    again = self._loop(inputs, states, mask, rebuild(weights_))
+                again = [again[0], again[1], *again[2]]
+                upstream = [
+                    tf.zeros_like(a) if u is None else u
+                    for a, u in zip(again, upstream, strict=True)
+                ]
+                return tape.gradient(again, [inputs, *args], output_gradients=upstream)
+
+            return (last, outputs, *new_states), gradient
+
+        results = loop(
+            sequences,
+            *initial_state,
+            *[leaf for leaf in leaves if leaf is not None],
+        )
+        return results[0], results[1], list(results[2:])
+
+    def _hand_written_bptt_loop(
+        self, sequences, initial_state, mask, input_mask, compiled=False
+    ):
         """`_generic_loop` with the backward pass of `_bptt.run`; returns what
         `keras_backend.rnn` returns, with the same masking semantics."""
         from rnnkit.layers import _bptt
@@ -514,6 +647,7 @@ class RecurrentLayer(keras.layers.RNN):
             initial_state,
             self.cell.bptt_weights(),
             all_steps=self.return_sequences,
+            jit_compile=compiled,
         )
         # As keras_backend.rnn: a masked step outputs zeros (zero_output_for_mask) or
         # repeats the last output, which is zeros before the first kept step.
@@ -544,7 +678,12 @@ class RecurrentLayer(keras.layers.RNN):
         cell_config = self.cell.get_config()
         for key in ("name", "trainable", "dtype"):
             cell_config.pop(key, None)
-        return {**config, **cell_config, "use_cudnn": self.use_cudnn}
+        return {
+            **config,
+            **cell_config,
+            "use_cudnn": self.use_cudnn,
+            "jit_compile": self.jit_compile,
+        }
 
     @classmethod
     def from_config(cls, config):

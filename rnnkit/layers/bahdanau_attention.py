@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from rnnkit.layers import _attention, _bahdanau_xla
+from rnnkit.layers import _attention, _bahdanau_xla, _xla
 
 #: `BahdanauAttention.execution_path` for a sequence of queries on TensorFlow.
 XLA_PATH = "XLA-compiled per-query loop, hand-written backward pass"
@@ -274,7 +274,7 @@ class BahdanauAttention(keras.layers.Layer):
             reason = f"backend is {backend}"
         elif self.jit_compile is False:
             reason = "jit_compile=False"
-        elif not _bahdanau_xla.available():
+        elif not _xla.available():
             reason = "this TensorFlow cannot compile with XLA"
         if reason is None:
             return True

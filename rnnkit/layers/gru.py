@@ -167,6 +167,14 @@ class GRUCell(RecurrentCell):
     bptt_num_saved = 3  # z_t, the factors of [z' r' n'] and of [z' r' n' r_t]
     bptt_num_emitted = 2  # G_x = [z' r' n'], G_h = [z' r' n' r_t]
 
+    def xla_pays(self, training):
+        """Training and inference. Measured with `benchmarks/recurrent.py
+        --uncompiled` (batch 64, input 64, 2-core AVX-512 AMD EPYC), XLA against the
+        plain loop: training +5% (100 steps x 256 units) and +3% (200 x 512),
+        inference +35% and +26%. XLA fuses the step's element-wise work (the split
+        of the one recurrent matmul, the reset gate, the interpolation)."""
+        return True
+
     def bptt_blockers(self):
         reasons = super().bptt_blockers()
         if not self.reset_after:
@@ -279,6 +287,12 @@ class GRU(RecurrentLayer):
         unroll: Unroll the loop (short sequences only). Default: `False`.
         use_cudnn: `"auto"`, `True` (fail if not possible) or `False`.
             Default: `"auto"`.
+        jit_compile: None (default), True or False. Whether the generic loop runs
+            compiled by XLA on TensorFlow. None: where that was measured to be
+            faster (training and inference; `cell.xla_pays`), on a CPU,
+            for a static number of steps (XLA compiles once per input shape);
+            True: always (an error where it cannot be); False: never.
+            `execution_path` says "XLA-compiled" when it is.
 
     Call arguments:
         sequences: (batch, time, features).
@@ -325,6 +339,7 @@ class GRU(RecurrentLayer):
         unroll=False,
         reset_after=True,
         use_cudnn="auto",
+        jit_compile=None,
         **kwargs,
     ):
         cell = GRUCell(
@@ -357,6 +372,7 @@ class GRU(RecurrentLayer):
             stateful=stateful,
             unroll=unroll,
             use_cudnn=use_cudnn,
+            jit_compile=jit_compile,
             activity_regularizer=activity_regularizer,
             **kwargs,
         )

@@ -138,6 +138,17 @@ class LSTMCell(RecurrentCell):
             )
         ]
 
+    def xla_pays(self, training):
+        """Training only, up to 384 units. Measured with `benchmarks/recurrent.py
+        --uncompiled` (batch 64, input 64, 2-core AVX-512 AMD EPYC), XLA against the
+        plain loop: training +15% (100 steps x 256 units), +5% (200 x 256), +7%
+        (100 x 384), -3% (100 x 512), -6% (200 x 512); inference -11% at 100 x 256,
+        even at 200 x 512. XLA fuses the element-wise work of a step, which pays
+        while the matmuls are small; TensorFlow runs the four gate matmuls side by
+        side on the two cores, which XLA's CPU loop does not, and that wins as they
+        grow (and always in inference, which is all matmul)."""
+        return bool(training) and self.units <= 384
+
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one
         (input_dim [+ 1] + units, 4 units) matrix, for one matmul per step.
@@ -318,6 +329,12 @@ class LSTM(RecurrentLayer):
         unroll: Unroll the loop (short sequences only). Default: `False`.
         use_cudnn: `"auto"` (use cuDNN when possible), `True` (fail if not
             possible) or `False`. Default: `"auto"`.
+        jit_compile: None (default), True or False. Whether the generic loop runs
+            compiled by XLA on TensorFlow. None: where that was measured to be
+            faster (training, up to 384 units; `cell.xla_pays`), on a CPU,
+            for a static number of steps (XLA compiles once per input shape);
+            True: always (an error where it cannot be); False: never.
+            `execution_path` says "XLA-compiled" when it is.
 
     Call arguments:
         sequences: (batch, time, features).
@@ -368,6 +385,7 @@ class LSTM(RecurrentLayer):
         stateful=False,
         unroll=False,
         use_cudnn="auto",
+        jit_compile=None,
         **kwargs,
     ):
         cell = LSTMCell(
@@ -400,6 +418,7 @@ class LSTM(RecurrentLayer):
             stateful=stateful,
             unroll=unroll,
             use_cudnn=use_cudnn,
+            jit_compile=jit_compile,
             activity_regularizer=activity_regularizer,
             **kwargs,
         )

@@ -571,3 +571,8 @@ def check_training_path_is_named(family: Family, options: dict, reason: str):
         reason = reason or f"backend is {keras.backend.backend()}"
         assert "autodiff BPTT (" in layer.execution_path, layer.execution_path
         assert reason in layer.execution_path, layer.execution_path
+
+
+def is_generic_path(path: str, reason: str) -> bool:
+    """`execution_path` of the generic loop (XLA-compiled or not) for `reason`."""
+    return path.startswith("generic loop") and path.endswith(f": {reason}")

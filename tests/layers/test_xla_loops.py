@@ -1,0 +1,144 @@
+"""The XLA-compiled time loops of the recurrent layers (`jit_compile`).
+
+On TensorFlow the generic loop runs compiled by XLA where that was measured to pay
+(`cell.xla_pays`), on a CPU, for a static number of steps; `jit_compile=True`
+forces it and `False` keeps the plain loop. Whatever runs, the outputs and the
+gradients must be the same: the compiled training loop is the hand-written backward
+pass of `_bptt` in two XLA functions, and the compiled inference loop takes its
+gradient by differentiating the plain loop run again.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.layers import GRU, LSTM, SimpleRNN
+from tests.layers import recurrent_checks as checks
+
+LAYERS = {"GRU": (GRU, 1), "LSTM": (LSTM, 2), "SimpleRNN": (SimpleRNN, 1)}
+TF_ONLY = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the loops are compiled on TF"
+)
+XLA = "XLA-compiled"
+
+
+def _pair(name, **options):
+    """The same layer with jit_compile True and False, with the same weights."""
+    layer_cls, _ = LAYERS[name]
+    x = checks.random_inputs(11)
+    compiled = layer_cls(checks.UNITS, jit_compile=True, seed=2, **options)
+    plain = layer_cls(checks.UNITS, jit_compile=False, seed=2, **options)
+    compiled(x)
+    plain(x)
+    for variable in compiled.trainable_variables:
+        variable.assign(np.random.RandomState(6).uniform(-0.6, 0.6, variable.shape))
+    plain.set_weights(compiled.get_weights())
+    return compiled, plain
+
+
+@TF_ONLY
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize(
+    ("training", "mask_kind", "options"),
+    [
+        (True, "right", {"return_sequences": True, "return_state": True}),
+        (True, "left", {"go_backwards": True, "return_state": True}),
+        (True, None, {"return_sequences": True, "dropout": 0.3}),
+        (False, "empty_row", {"return_sequences": True, "return_state": True}),
+        (False, None, {"go_backwards": True}),
+    ],
+)
+def test_compiled_loop_equals_the_plain_loop(name, training, mask_kind, options):
+    compiled, plain = _pair(name, **options)
+    _, num_states = LAYERS[name]
+    rng = np.random.RandomState(5)
+    kwargs = {
+        "training": training,
+        "initial_state": [
+            rng.randn(checks.BATCH, checks.UNITS).astype("float32")
+            for _ in range(num_states)
+        ],
+    }
+    if mask_kind:
+        kwargs["mask"] = checks.padding_mask(mask_kind)
+    results = {}
+    for layer in (compiled, plain):
+        layer.cell.seed_generator.state.assign([2, 0])  # the same dropout masks
+        results[layer.jit_compile] = checks.outputs_and_gradients(
+            layer, checks.random_inputs(12), **kwargs
+        )
+    assert XLA in compiled.execution_path, compiled.execution_path
+    assert XLA not in plain.execution_path, plain.execution_path
+    if training:
+        assert checks.HAND_WRITTEN in compiled.execution_path
+    outputs, weight_grads, input_grad, _ = results[True]
+    expected_outputs, expected_weight_grads, expected_input_grad, _ = results[False]
+    for k, (a, b) in enumerate(zip(outputs, expected_outputs, strict=True)):
+        checks.assert_close(a, b, what=f"output {k}")
+    for variable, a, b in zip(
+        compiled.trainable_variables, weight_grads, expected_weight_grads, strict=True
+    ):
+        checks.assert_close(a, b, what=f"gradient of {variable.path}")
+    checks.assert_close(input_grad, expected_input_grad, what="gradient of inputs")
+
+
+@TF_ONLY
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("training", [True, False])
+def test_default_compiles_where_it_pays_and_for_static_steps_only(name, training):
+    import tensorflow as tf
+
+    layer_cls, _ = LAYERS[name]
+    layer = layer_cls(checks.UNITS)
+    x = checks.random_inputs(3)
+    layer(x, training=training)
+    assert (XLA in layer.execution_path) == layer.cell.xla_pays(training)
+
+    # Batches padded to their own length: compiling each length once would cost
+    # more than it saves, so the plain loop runs.
+    @tf.function(
+        input_signature=[tf.TensorSpec((None, None, checks.FEATURES), "float32")]
+    )
+    def any_length(inputs):
+        return layer(inputs, training=training)
+
+    outputs = any_length(x)
+    assert XLA not in layer.execution_path, layer.execution_path
+    checks.assert_close(outputs, layer(x, training=training))
+
+
+def test_lstm_compiles_training_up_to_384_units_simple_rnn_inference_gru_both():
+    assert LSTM(384).cell.xla_pays(True) and not LSTM(512).cell.xla_pays(True)
+    assert not LSTM(64).cell.xla_pays(False)
+    assert SimpleRNN(8).cell.xla_pays(False) and not SimpleRNN(8).cell.xla_pays(True)
+    assert GRU(512).cell.xla_pays(True) and GRU(8).cell.xla_pays(False)
+
+
+@TF_ONLY
+def test_jit_compile_true_on_the_autodiff_path_is_a_clear_error():
+    layer = GRU(checks.UNITS, reset_after=False, jit_compile=True)
+    x = checks.random_inputs(4)
+    layer(x)  # inference compiles
+    assert XLA in layer.execution_path
+    with pytest.raises(ValueError, match="jit_compile=True cannot be honoured"):
+        layer(x, training=True)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch only")
+def test_jit_compile_true_on_torch_is_a_clear_error():
+    layer = LSTM(checks.UNITS, jit_compile=True)
+    with pytest.raises(ValueError, match="cannot be honoured: backend is torch"):
+        layer(checks.random_inputs(4))
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_jit_compile_is_checked_and_saved(name):
+    layer_cls, _ = LAYERS[name]
+    with pytest.raises(ValueError, match="received jit_compile='yes'"):
+        layer_cls(3, jit_compile="yes")
+    layer = layer_cls(3, jit_compile=False)
+    assert layer.get_config()["jit_compile"] is False
+    assert layer_cls.from_config(layer.get_config()).jit_compile is False
+    assert layer_cls(3).get_config()["jit_compile"] is None
