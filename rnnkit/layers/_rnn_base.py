@@ -474,11 +474,14 @@ class RecurrentLayer(keras.layers.RNN):
             return False
         import tensorflow as tf
 
-        # jit_compile=None: where it was measured to pay, on a CPU, and for a known
-        # number of steps (XLA compiles once per shape: padding every batch to its
-        # own length would compile again and again).
+        # jit_compile=None: where it was measured to pay, on a CPU, inside a traced
+        # function (Model.fit, predict, tf.function; an eager call is a one-off that
+        # the 0.5-2 s compilation would slow down) and for a static number of steps
+        # (XLA compiles once per shape: padding every batch to its own length would
+        # compile again and again).
         return (
             self.cell.xla_pays(bool(training))
+            and not tf.executing_eagerly()
             and sequences.shape[1] is not None
             and not tf.config.list_logical_devices("GPU")
         )

@@ -332,7 +332,8 @@ class LSTM(RecurrentLayer):
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
             faster (training, up to 384 units; `cell.xla_pays`), on a CPU,
-            for a static number of steps (XLA compiles once per input shape);
+            inside a traced function (`fit`, `predict`, `tf.function`), for a
+            static number of steps (XLA compiles once per input shape);
             True: always (an error where it cannot be); False: never.
             `execution_path` says "XLA-compiled" when it is.
 

@@ -1,11 +1,11 @@
 """The XLA-compiled time loops of the recurrent layers (`jit_compile`).
 
 On TensorFlow the generic loop runs compiled by XLA where that was measured to pay
-(`cell.xla_pays`), on a CPU, for a static number of steps; `jit_compile=True`
-forces it and `False` keeps the plain loop. Whatever runs, the outputs and the
-gradients must be the same: the compiled training loop is the hand-written backward
-pass of `_bptt` in two XLA functions, and the compiled inference loop takes its
-gradient by differentiating the plain loop run again.
+(`cell.xla_pays`), on a CPU, in traced calls with a static number of steps;
+`jit_compile=True` forces it and `False` keeps the plain loop. Whatever runs, the
+outputs and the gradients must be the same: the compiled training loop is the
+hand-written backward pass of `_bptt` in two XLA functions, and the compiled
+inference loop takes its gradient by differentiating the plain loop run again.
 """
 
 from __future__ import annotations
@@ -87,26 +87,30 @@ def test_compiled_loop_equals_the_plain_loop(name, training, mask_kind, options)
 @TF_ONLY
 @pytest.mark.parametrize("name", LAYERS)
 @pytest.mark.parametrize("training", [True, False])
-def test_default_compiles_where_it_pays_and_for_static_steps_only(name, training):
+def test_default_compiles_where_it_pays_in_traced_calls_of_static_length(
+    name, training
+):
     import tensorflow as tf
 
     layer_cls, _ = LAYERS[name]
     layer = layer_cls(checks.UNITS)
     x = checks.random_inputs(3)
-    layer(x, training=training)
-    assert (XLA in layer.execution_path) == layer.cell.xla_pays(training)
+    expected = checks.as_list(layer(x, training=training))
+    # An eager call is a one-off: compiling it would cost more than it saves.
+    assert XLA not in layer.execution_path, layer.execution_path
 
-    # Batches padded to their own length: compiling each length once would cost
-    # more than it saves, so the plain loop runs.
-    @tf.function(
-        input_signature=[tf.TensorSpec((None, None, checks.FEATURES), "float32")]
-    )
-    def any_length(inputs):
+    def call(inputs):
         return layer(inputs, training=training)
 
-    outputs = any_length(x)
+    static = tf.function(call)(x)
+    assert (XLA in layer.execution_path) == layer.cell.xla_pays(training)
+    # Batches padded to their own length: compiling each length once would cost
+    # more than it saves, so the plain loop runs.
+    signature = [tf.TensorSpec((None, None, checks.FEATURES), "float32")]
+    any_length = tf.function(call, input_signature=signature)(x)
     assert XLA not in layer.execution_path, layer.execution_path
-    checks.assert_close(outputs, layer(x, training=training))
+    for outputs in (static, any_length):
+        checks.assert_close(checks.as_list(outputs)[0], expected[0])
 
 
 def test_lstm_compiles_training_up_to_384_units_simple_rnn_inference_gru_both():
