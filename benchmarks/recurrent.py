@@ -139,12 +139,13 @@ def run_config(
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
         steps["torch"] = (lambda: train(tx, ty), lambda: infer(tx))
     # Trace and warm up every one; a layer sets `execution_path` when a step is traced.
-    paths = {}
+    # The first call's time is the tracing (and XLA's compilation) plus one step.
+    paths, first_calls = {}, {}
     for name, (train_step, infer_step) in steps.items():
-        train_step()
+        first_calls[name, "train"] = time_call(train_step, 1)
         if name == "rnnkit":
             paths["training"] = ours.layers[0].execution_path
-        infer_step()
+        first_calls[name, "infer"] = time_call(infer_step, 1)
         if name == "rnnkit":
             paths["inference"] = ours.layers[0].execution_path
     timings = {(name, kind): [] for name in steps for kind in ("train", "infer")}
@@ -153,7 +154,7 @@ def run_config(
             timings[name, "train"].append(time_call(train_step, steps_per_round))
             timings[name, "infer"].append(time_call(infer_step, steps_per_round))
     rates = {key: BATCH / statistics.median(values) for key, values in timings.items()}
-    return rates, paths
+    return rates, paths, first_calls
 
 
 def main():
@@ -198,7 +199,7 @@ def main():
     for family in args.families.split(","):
         for config in args.configs.split(","):
             steps_in_time, units = (int(v) for v in config.split("x"))
-            rates, paths = run_config(
+            rates, paths, first_calls = run_config(
                 family,
                 steps_in_time,
                 units,
@@ -237,6 +238,15 @@ def main():
                     flush=True,
                 )
             path_notes.update(paths.items())
+            print(
+                "  first call (tracing, compilation, one step), training / inference: "
+                + ", ".join(
+                    f"{name} {first_calls[name, 'train']:.2f} / "
+                    f"{first_calls[name, 'infer']:.2f} s"
+                    for name in dict.fromkeys(name for name, _ in first_calls)
+                ),
+                flush=True,
+            )
     for kind, path in sorted(path_notes):
         print(f"rnnkit {kind}: {path}")
     print("ratio: rnnkit sequences/s over the other's (above 1: rnnkit faster)")

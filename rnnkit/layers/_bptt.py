@@ -29,7 +29,7 @@ the tape does not record inside them: the backward loop is the gradient.
 
 from __future__ import annotations
 
-import types
+import functools
 
 
 def _forward_loop(cell, x, mask, states0, weights, stacked):
@@ -134,9 +134,8 @@ def _backward_loop(cell, saved, mask, d_hidden, d_states, context):
 
 def _loops(cell, jit_compile):
     """The forward and backward loop functions of `cell`; with `jit_compile`, XLA
-    compiled, made once per cell (XLA then compiles once per input shape)."""
-    import tensorflow as tf
-
+    compiled, shared by the cells of the same config (XLA then compiles once per
+    input shape)."""
     if not jit_compile:
 
         def forward(x, mask, states0, weights):
@@ -146,27 +145,22 @@ def _loops(cell, jit_compile):
             return _backward_loop(cell, saved, mask, d_hidden, d_states, context)
 
         return forward, backward
-    # A plain object: the layer's attribute tracking leaves it alone.
-    compiled = getattr(cell, "_rnnkit_xla_loops", None)
-    if compiled is None:
-        compiled = types.SimpleNamespace(
-            forward=tf.function(
-                lambda x, mask, states0, weights: _forward_loop(
-                    cell, x, mask, states0, weights, stacked=True
-                ),
-                jit_compile=True,
-                reduce_retracing=True,
-            ),
-            backward=tf.function(
-                lambda saved, mask, d_hidden, d_states, context: _backward_loop(
-                    cell, saved, mask, d_hidden, d_states, context
-                ),
-                jit_compile=True,
-                reduce_retracing=True,
-            ),
-        )
-        cell._rnnkit_xla_loops = compiled
-    return compiled.forward, compiled.backward
+    from rnnkit.layers import _xla
+
+    return _xla.shared_function(cell, "bptt", _compiled_loops)
+
+
+def _compiled_loops(cell):
+    import tensorflow as tf
+
+    def forward(x, mask, states0, weights):
+        return _forward_loop(cell, x, mask, states0, weights, stacked=True)
+
+    def backward(saved, mask, d_hidden, d_states, context):
+        return _backward_loop(cell, saved, mask, d_hidden, d_states, context)
+
+    compile_ = functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
+    return compile_(forward), compile_(backward)
 
 
 def run(cell, inputs, mask, initial_states, weights, all_steps=True, jit_compile=False):

@@ -26,7 +26,7 @@ steps instead of one small matmul and one accumulation per step and weight.
 
 from __future__ import annotations
 
-import types
+import functools
 
 import keras
 from keras import ops
@@ -298,6 +298,36 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         return {**super().get_config(), **config}
 
 
+def _run_loop(
+    cell,
+    options,
+    sequences,
+    initial_state,
+    mask,
+    weights,
+    input_mask=None,
+    recurrent_mask=None,
+):
+    """Keras' time loop over `cell.step` with the layer's `options` (go_backwards,
+    unroll, zero_output_for_mask, return_sequences): (last output, outputs, states)."""
+    go_backwards, unroll, zero_output_for_mask, return_sequences = options
+
+    def step(inputs, states):
+        return cell.step(inputs, states, weights, input_mask, recurrent_mask)
+
+    return keras_backend.rnn(
+        step,
+        sequences,
+        initial_state,
+        go_backwards=go_backwards,
+        mask=mask,
+        unroll=unroll,
+        input_length=sequences.shape[1],
+        zero_output_for_mask=zero_output_for_mask,
+        return_all_outputs=return_sequences,
+    )
+
+
 class RecurrentLayer(keras.layers.RNN):
     """A `keras.layers.RNN` whose time loop feeds a cell its pre-split weights.
 
@@ -558,21 +588,23 @@ class RecurrentLayer(keras.layers.RNN):
         recurrent_mask=None,
     ):
         """Keras' time loop over the cell's `step`: (last output, outputs, states)."""
-        cell = self.cell
-
-        def step(inputs, states):
-            return cell.step(inputs, states, weights, input_mask, recurrent_mask)
-
-        return keras_backend.rnn(
-            step,
+        return _run_loop(
+            self.cell,
+            self._loop_options(),
             sequences,
             initial_state,
-            go_backwards=self.go_backwards,
-            mask=mask,
-            unroll=self.unroll,
-            input_length=sequences.shape[1],
-            zero_output_for_mask=self.zero_output_for_mask,
-            return_all_outputs=self.return_sequences,
+            mask,
+            weights,
+            input_mask,
+            recurrent_mask,
+        )
+
+    def _loop_options(self):
+        return (
+            self.go_backwards,
+            self.unroll,
+            self.zero_output_for_mask,
+            self.return_sequences,
         )
 
     def _compiled_loop(self, sequences, initial_state, mask, weights):
@@ -581,13 +613,18 @@ class RecurrentLayer(keras.layers.RNN):
         intermediate values to TensorFlow's automatic differentiation)."""
         import tensorflow as tf
 
-        compiled = getattr(self, "_rnnkit_xla_loop", None)
-        if compiled is None:
-            # A plain object: the layer's attribute tracking leaves it alone.
-            compiled = types.SimpleNamespace(
-                run=tf.function(self._loop, jit_compile=True, reduce_retracing=True)
-            )
-            self._rnnkit_xla_loop = compiled
+        from rnnkit.layers import _xla
+
+        options = self._loop_options()
+        compiled = _xla.shared_function(
+            self.cell,
+            ("loop", options),
+            lambda cell: tf.function(
+                functools.partial(_run_loop, cell, options),
+                jit_compile=True,
+                reduce_retracing=True,
+            ),
+        )
         leaves = tf.nest.flatten(weights)  # None where a cell has no such weight
 
         def rebuild(tensors):
@@ -601,7 +638,7 @@ class RecurrentLayer(keras.layers.RNN):
         @tf.custom_gradient
         def loop(inputs, *args):
             states, weights_ = list(args[:num_states]), args[num_states:]
-            last, outputs, new_states = compiled.run(
+            last, outputs, new_states = compiled(
                 tf.stop_gradient(inputs),
                 [tf.stop_gradient(s) for s in states],
                 mask,

@@ -9,7 +9,10 @@ per-operation dispatch; it compiles once per input shape.
 
 from __future__ import annotations
 
+import collections
 import functools
+import json
+import warnings
 
 
 @functools.cache
@@ -29,3 +32,51 @@ def available() -> bool:
     except (tf.errors.OpError, NotImplementedError, ValueError):
         return False
     return True
+
+
+_SHARED_MAX = 64
+_shared = collections.OrderedDict()
+
+
+def shared_function(owner, purpose, make):
+    """The compiled function `make(clone)` for `owner` (a cell), shared by every cell
+    with the same class and config, so that XLA compiles once per process and input
+    shape however many models are built alike (tuning trials, rebuilt models, the two
+    directions of a `Bidirectional`). `clone` is a fresh cell from `owner`'s config:
+    the loops read only the config and take the weights as arguments, and the cache
+    keeps no model alive. A config with a function in it (a custom activation), or
+    one that cannot be written as JSON, gets a function of its own, kept on `owner`.
+
+    `purpose` is a hashable that names what `make` builds (and its options)."""
+    key = None
+    with warnings.catch_warnings():  # Keras warns when it serialises a lambda
+        warnings.simplefilter("ignore")
+        config = {k: v for k, v in owner.get_config().items() if k != "name"}
+    # Functions (a lambda, a custom activation) are not shared: equal configs of
+    # two functions need not mean equal functions (closures, later redefinitions).
+    if not any(
+        isinstance(value, dict)
+        and value.get("class_name") in ("function", "__lambda__")
+        for value in config.values()
+    ):
+        try:
+            key = (type(owner), purpose, json.dumps(config, sort_keys=True))
+        except (TypeError, ValueError):
+            key = None
+    if key is None:
+        functions = owner.__dict__.setdefault("_rnnkit_compiled", {})
+        if purpose not in functions:
+            functions[purpose] = make(owner)
+        return functions[purpose]
+    if key in _shared:
+        _shared.move_to_end(key)
+        return _shared[key]
+    import tensorflow as tf
+
+    with tf.init_scope():  # a cell's seed generator is a variable: make it eagerly
+        clone = type(owner).from_config(owner.get_config())
+    function = make(clone)
+    _shared[key] = function
+    if len(_shared) > _SHARED_MAX:
+        _shared.popitem(last=False)
+    return function

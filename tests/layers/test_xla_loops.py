@@ -146,3 +146,26 @@ def test_jit_compile_is_checked_and_saved(name):
     assert layer.get_config()["jit_compile"] is False
     assert layer_cls.from_config(layer.get_config()).jit_compile is False
     assert layer_cls(3).get_config()["jit_compile"] is None
+
+
+@TF_ONLY
+def test_layers_of_one_config_share_the_compiled_loops():
+    """Models built alike (tuning trials, a rebuilt model) compile once per shape."""
+    import tensorflow as tf
+
+    from rnnkit.layers import _bptt, _xla
+
+    x = checks.random_inputs(3)
+    first, second = (GRU(checks.UNITS, jit_compile=True, seed=1) for _ in range(2))
+    other = GRU(checks.UNITS + 1, jit_compile=True, seed=1)
+    forward, _ = _bptt._loops(first.cell, True)
+    assert _bptt._loops(second.cell, True)[0] is forward
+    assert _bptt._loops(other.cell, True)[0] is not forward
+    before = forward.experimental_get_tracing_count()
+    for layer in (first, second):
+        tf.function(lambda inputs, layer=layer: layer(inputs, training=True))(x)
+    assert forward.experimental_get_tracing_count() - before <= 1
+    # A config that JSON cannot write keeps a function of its own.
+    custom = GRU(checks.UNITS, activation=lambda a: tf.tanh(a), jit_compile=True)
+    functions = _xla.shared_function(custom.cell, "test", lambda cell: object())
+    assert functions is _xla.shared_function(custom.cell, "test", lambda c: object())
