@@ -240,8 +240,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     def xla_pays(self, training: bool) -> bool:
         """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
         for a training (or an inference) call on a CPU: where that was measured to
-        be faster than TensorFlow's plain loop (`benchmarks/recurrent.py
-        --uncompiled`). By default it does."""
+        be faster than TensorFlow's plain loop (`benchmarks/xla_loops.py`). By
+        default it does."""
         return True
 
     def loop_weights(self):
@@ -467,23 +467,26 @@ class RecurrentLayer(keras.layers.RNN):
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
-        compiled = self._use_xla(sequences, training, hand_written)
+        compiled, error = self._use_xla(sequences, training, hand_written)
         path = "generic loop" + (", XLA-compiled" if compiled else "") + bptt
 
         def generic_loop():
+            if error:  # raised only when the generic loop runs (not for cuDNN)
+                raise ValueError(error)
             return self._generic_loop(
                 sequences, initial_state, mask, training, hand_written, compiled
             )
 
         return path, generic_loop
 
-    def _use_xla(self, sequences, training, hand_written) -> bool:
-        """Whether the generic loop runs XLA-compiled (see `jit_compile`)."""
+    def _use_xla(self, sequences, training, hand_written):
+        """(Whether the generic loop runs XLA-compiled, and the error message when
+        `jit_compile=True` cannot be honoured); see `jit_compile`."""
         from rnnkit.layers import _xla
 
         backend = keras.backend.backend()
         if self.jit_compile is False or backend == "jax":
-            return False  # JAX compiles the whole step anyway
+            return False, None  # JAX compiles the whole step anyway
         reason = None
         if backend != "tensorflow":
             reason = f"backend is {backend}"
@@ -495,26 +498,27 @@ class RecurrentLayer(keras.layers.RNN):
             reason = "this TensorFlow cannot compile with XLA"
         if self.jit_compile:
             if reason:
-                raise ValueError(
+                return False, (
                     f"{self.name}: jit_compile=True cannot be honoured: {reason}. "
                     "Pass jit_compile=None to fall back to the uncompiled loop."
                 )
-            return True
+            return True, None
         if reason:
-            return False
+            return False, None
         import tensorflow as tf
 
         # jit_compile=None: where it was measured to pay, on a CPU, inside a traced
         # function (Model.fit, predict, tf.function; an eager call is a one-off that
-        # the 0.5-2 s compilation would slow down) and for a static number of steps
+        # the 0.4-1.6 s compilation would slow down) and for a static number of steps
         # (XLA compiles once per shape: padding every batch to its own length would
         # compile again and again).
-        return (
+        compiled = (
             self.cell.xla_pays(bool(training))
             and not tf.executing_eagerly()
             and sequences.shape[1] is not None
             and not tf.config.list_logical_devices("GPU")
         )
+        return compiled, None
 
     def _cudnn_or_generic_per_batch(
         self, sequences, initial_state, mask, training, generic_path, generic_loop

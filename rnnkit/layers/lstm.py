@@ -139,15 +139,14 @@ class LSTMCell(RecurrentCell):
         ]
 
     def xla_pays(self, training):
-        """Training only, up to 384 units. Measured with `benchmarks/recurrent.py
-        --uncompiled` (batch 64, input 64, 2-core AVX-512 AMD EPYC), XLA against the
-        plain loop: training +15% (100 steps x 256 units), +5% (200 x 256), +7%
-        (100 x 384), -3% (100 x 512), -6% (200 x 512); inference -11% at 100 x 256,
-        even at 200 x 512. XLA fuses the element-wise work of a step, which pays
-        while the matmuls are small; TensorFlow runs the four gate matmuls side by
-        side on the two cores, which XLA's CPU loop does not, and that wins as they
-        grow (and always in inference, which is all matmul)."""
-        return bool(training) and self.units <= 384
+        """Never: `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC, batch 64,
+        input 64, 15 interleaved rounds) measured XLA against the plain loop at
+        +1% and 0% in training (100 steps x 256 units, 200 x 512; +5% and -2% in an
+        earlier run, +11% once at 100 x 384) and -12% and -4% in inference.
+        TensorFlow runs the four gate matmuls of a step side by side on the two
+        cores, which XLA's CPU loop does not; that outweighs what XLA's fusion of
+        the element-wise work saves. `jit_compile=True` still compiles."""
+        return False
 
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one
@@ -331,10 +330,8 @@ class LSTM(RecurrentLayer):
             possible) or `False`. Default: `"auto"`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
-            faster (training, up to 384 units; `cell.xla_pays`), on a CPU,
-            inside a traced function (`fit`, `predict`, `tf.function`), for a
-            static number of steps (XLA compiles once per input shape);
-            True: always (an error where it cannot be); False: never.
+            faster, which for the LSTM is nowhere (`LSTMCell.xla_pays`); True:
+            always (an error where it cannot be); False: never.
             `execution_path` says "XLA-compiled" when it is.
 
     Call arguments:
