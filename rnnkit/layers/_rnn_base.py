@@ -578,22 +578,8 @@ class RecurrentLayer(keras.layers.RNN):
         weights = cell.loop_weights()
         if compiled:
             return self._compiled_loop(sequences, initial_state, mask, weights)
-        return self._loop(
-            sequences, initial_state, mask, weights, input_mask, recurrent_mask
-        )
-
-    def _loop(
-        self,
-        sequences,
-        initial_state,
-        mask,
-        weights,
-        input_mask=None,
-        recurrent_mask=None,
-    ):
-        """Keras' time loop over the cell's `step`: (last output, outputs, states)."""
         return _run_loop(
-            self.cell,
+            cell,
             self._loop_options(),
             sequences,
             initial_state,
@@ -612,9 +598,9 @@ class RecurrentLayer(keras.layers.RNN):
         )
 
     def _compiled_loop(self, sequences, initial_state, mask, weights):
-        """`_loop` (no dropout) compiled by XLA; its gradient, when one is asked for,
-        differentiates the uncompiled loop run again (XLA cannot hand the loop's
-        intermediate values to TensorFlow's automatic differentiation)."""
+        """`_run_loop` (no dropout) compiled by XLA; its gradient, when one is
+        asked for, differentiates the uncompiled loop run again (XLA cannot hand the
+        loop's intermediate values to TensorFlow's automatic differentiation)."""
         import tensorflow as tf
 
         from rnnkit.layers import _xla
@@ -652,7 +638,9 @@ class RecurrentLayer(keras.layers.RNN):
             def gradient(*upstream):
                 with tf.GradientTape() as tape:
                     tape.watch([inputs, *args])
-                    again = self._loop(inputs, states, mask, rebuild(weights_))
+                    again = _run_loop(
+                        self.cell, options, inputs, states, mask, rebuild(weights_)
+                    )
                 again = [again[0], again[1], *again[2]]
                 upstream = [
                     tf.zeros_like(a) if u is None else u

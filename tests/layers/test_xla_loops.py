@@ -195,3 +195,23 @@ def test_layers_of_one_config_share_the_compiled_loops():
     custom = GRU(checks.UNITS, activation=lambda a: tf.tanh(a), jit_compile=True)
     functions = _xla.shared_function(custom.cell, "test", lambda cell: object())
     assert functions is _xla.shared_function(custom.cell, "test", lambda c: object())
+
+
+@TF_ONLY
+@pytest.mark.parametrize("training", [True, False])
+def test_stateful_layer_carries_its_state_through_the_compiled_loop(training):
+    import tensorflow as tf
+
+    compiled, plain = _pair("GRU", stateful=True, return_sequences=True)
+    x = checks.random_inputs(13)
+    for layer in (compiled, plain):
+        layer.reset_state()
+    outputs = {}
+    for layer in (compiled, plain):
+        call = tf.function(lambda inputs, layer=layer: layer(inputs, training=training))
+        outputs[layer.jit_compile] = [call(x).numpy() for _ in range(2)]
+    assert XLA in compiled.execution_path
+    for first, second in zip(outputs[True], outputs[False], strict=True):
+        checks.assert_close(first, second)
+    # The second batch started from the first one's final state.
+    assert np.abs(outputs[True][1] - outputs[True][0]).max() > 1e-3
