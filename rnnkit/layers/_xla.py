@@ -44,8 +44,9 @@ def shared_function(owner, purpose, make):
     shape however many models are built alike (tuning trials, rebuilt models, the two
     directions of a `Bidirectional`). `clone` is a fresh cell from `owner`'s config:
     the loops read only the config and take the weights as arguments, and the cache
-    keeps no model alive. A config with a function in it (a custom activation), or
-    one that cannot be written as JSON, gets a function of its own, kept on `owner`.
+    keeps no model alive. A cell class from outside rnnkit, a config with a function
+    in it (a custom activation), or one that cannot be written as JSON, gets a
+    function of its own, kept on `owner`.
 
     `purpose` is a hashable that names what `make` builds (and its options)."""
     key = None
@@ -54,7 +55,8 @@ def shared_function(owner, purpose, make):
         config = {k: v for k, v in owner.get_config().items() if k != "name"}
     # Functions (a lambda, a custom activation) are not shared: equal configs of
     # two functions need not mean equal functions (closures, later redefinitions).
-    if not any(
+    # Nor are subclasses from outside rnnkit: their config may not hold all they are.
+    if type(owner).__module__.startswith("rnnkit.layers.") and not any(
         isinstance(value, dict)
         and value.get("class_name") in ("function", "__lambda__")
         for value in config.values()

@@ -191,10 +191,21 @@ def test_layers_of_one_config_share_the_compiled_loops():
     for layer in (first, second):
         tf.function(lambda inputs, layer=layer: layer(inputs, training=True))(x)
     assert forward.experimental_get_tracing_count() - before <= 1
-    # A config that JSON cannot write keeps a function of its own.
+    # A lambda, or a subclass from elsewhere (its config may not hold all it is),
+    # keeps a function of its own: made from the cell itself, once.
     custom = GRU(checks.UNITS, activation=lambda a: tf.tanh(a), jit_compile=True)
-    functions = _xla.shared_function(custom.cell, "test", lambda cell: object())
-    assert functions is _xla.shared_function(custom.cell, "test", lambda c: object())
+
+    class OwnCell(type(first.cell)):
+        pass
+
+    own = OwnCell(checks.UNITS)
+    for cell in (custom.cell, own):
+        made = []
+        function = _xla.shared_function(
+            cell, "test", lambda c, made=made: made.append(c) or c
+        )
+        assert function is _xla.shared_function(cell, "test", lambda c: object())
+        assert made == [cell]
 
 
 @TF_ONLY
