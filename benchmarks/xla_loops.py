@@ -17,31 +17,27 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from recurrent import BATCH, FEATURES, build, time_call  # noqa: E402
 from timing import cpu_line  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
 
-BATCH, FEATURES, STEPS_PER_ROUND = 64, 64, 3
+STEPS_PER_ROUND = 3
 
 
 def compare(family, steps_in_time, units, rounds, mode):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
     y = rng.standard_normal((BATCH, 1), dtype=np.float32)
-    models = {}
-    for jit in (True, False):
-        layer = getattr(rnnkit.layers, family)(units, jit_compile=jit)
-        model = keras.Sequential(
-            [keras.Input((None, FEATURES)), layer, keras.layers.Dense(1)]
-        )
-        model.compile(optimizer="adam", loss="mse")
-        models[jit] = model
+    models = {
+        jit: build(getattr(rnnkit.layers, family)(units, jit_compile=jit))
+        for jit in (True, False)
+    }
     models[False].set_weights(models[True].get_weights())
     steps = {
         jit: (lambda m=m: m.train_on_batch(x, y))
@@ -55,10 +51,7 @@ def compare(family, steps_in_time, units, rounds, mode):
     rates = {jit: [] for jit in steps}
     for _ in range(rounds):
         for jit, step in steps.items():
-            start = time.perf_counter()
-            for _ in range(STEPS_PER_ROUND):
-                step()
-            rates[jit].append(STEPS_PER_ROUND * BATCH / (time.perf_counter() - start))
+            rates[jit].append(BATCH / time_call(step, STEPS_PER_ROUND))
     ratios = [a / b for a, b in zip(rates[True], rates[False], strict=True)]
     compiled, plain = (statistics.median(rates[jit]) for jit in (True, False))
     print(

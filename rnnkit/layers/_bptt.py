@@ -132,35 +132,34 @@ def _backward_loop(cell, saved, mask, d_hidden, d_states, context):
     return tuple(ta.stack() for ta in emitted_tas), d_initial
 
 
+def _loop_functions(cell, stacked):
+    """`_forward_loop` and `_backward_loop` of `cell` as functions of tensors."""
+
+    def forward(x, mask, states0, weights):
+        return _forward_loop(cell, x, mask, states0, weights, stacked)
+
+    def backward(saved, mask, d_hidden, d_states, context):
+        return _backward_loop(cell, saved, mask, d_hidden, d_states, context)
+
+    return forward, backward
+
+
 def _loops(cell, jit_compile):
     """The forward and backward loop functions of `cell`; with `jit_compile`, XLA
     compiled, shared by the cells of the same config (XLA then compiles once per
     input shape)."""
     if not jit_compile:
-
-        def forward(x, mask, states0, weights):
-            return _forward_loop(cell, x, mask, states0, weights, stacked=False)
-
-        def backward(saved, mask, d_hidden, d_states, context):
-            return _backward_loop(cell, saved, mask, d_hidden, d_states, context)
-
-        return forward, backward
-    from rnnkit.layers import _xla
-
-    return _xla.shared_function(cell, "bptt", _compiled_loops)
-
-
-def _compiled_loops(cell):
+        return _loop_functions(cell, stacked=False)
     import tensorflow as tf
 
-    def forward(x, mask, states0, weights):
-        return _forward_loop(cell, x, mask, states0, weights, stacked=True)
-
-    def backward(saved, mask, d_hidden, d_states, context):
-        return _backward_loop(cell, saved, mask, d_hidden, d_states, context)
+    from rnnkit.layers import _xla
 
     compile_ = functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
-    return compile_(forward), compile_(backward)
+    return _xla.shared_function(
+        cell,
+        "bptt",
+        lambda clone: tuple(map(compile_, _loop_functions(clone, stacked=True))),
+    )
 
 
 def run(cell, inputs, mask, initial_states, weights, all_steps=True, jit_compile=False):

@@ -76,7 +76,7 @@ def shared_function(owner, purpose, make):
     import tensorflow as tf
 
     with tf.init_scope():  # a cell's seed generator is a variable: make it eagerly
-        clone = type(owner).from_config(owner.get_config())
+        clone = type(owner).from_config(config)
     function = make(clone)
     _shared[key] = function
     if len(_shared) > _SHARED_MAX:
