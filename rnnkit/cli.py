@@ -1,4 +1,5 @@
-"""The `rnnkit` launcher: list, run, evaluate, predict, tune, diagnose, info.
+"""The `rnnkit` launcher: list, run, evaluate, predict, tune, diagnose, calibrate,
+info.
 
 The module stays light: recipes are found through entry points and loaded only when
 named, and TensorFlow is imported inside the commands that train or load a model, so
@@ -832,6 +833,143 @@ def _diagnose_models(
     return fresh, {}, output, data
 
 
+class _ShapeType(click.ParamType):
+    """STEPSxUNITS, e.g. 100x256."""
+
+    name = "STEPSxUNITS"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        steps, cross, units = str(value).lower().partition("x")
+        if cross and steps.isdigit() and units.isdigit() and int(steps) * int(units):
+            return int(steps), int(units)
+        self.fail(
+            f"{value!r} is not STEPSxUNITS with positive integers (e.g. 100x256)",
+            param,
+            ctx,
+        )
+
+
+@main.command()
+@click.option(
+    "--cell",
+    "families",
+    multiple=True,
+    type=click.Choice(["simple_rnn", "lstm", "gru"]),
+    help="A recurrent layer to measure (repeatable; default: all three).",
+)
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    type=_ShapeType(),
+    help="Time steps x units to measure at (repeatable; default: 100x256 and "
+    "200x512). Calls at other shapes follow the nearest measured one.",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(["training", "inference"]),
+    help="What to time (repeatable; default: both).",
+)
+@click.option("--batch", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--features",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Input features per step.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=9,
+    show_default=True,
+    help="Interleaved rounds of three calls each (the median decides).",
+)
+@click.option(
+    "--show", is_flag=True, help="Only print this machine's cached measurements."
+)
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Drop this machine's cached measurements first (alone: and stop there).",
+)
+def calibrate(
+    families: tuple[str, ...],
+    shapes: tuple[tuple[int, int], ...],
+    modes: tuple[str, ...],
+    show: bool,
+    forget: bool,
+    **options: Any,
+) -> None:
+    """Measure where XLA-compiled loops are faster on this machine, and cache it.
+
+    Times each recurrent layer with its time loop XLA-compiled and plain, side by
+    side on the CPU (TensorFlow backend), and writes the choice for this machine to
+    the cache file (`rnnkit.layers.calibration`). From then on the layers'
+    jit_compile=None follows it in every process here; without it, defaults
+    measured on one CPU decide.
+    """
+    _load_frameworks()
+    from rnnkit.layers import calibration
+
+    measuring = not show and not (forget and not (families or shapes or modes))
+    with user_errors():
+        if show and (forget or families or shapes or modes):
+            raise RnnkitError("--show only prints: leave out the other options")
+        if forget:
+            dropped = calibration.forget()
+            click.echo(
+                ("Dropped" if dropped else "There were no")
+                + f" measurements for this machine in {calibration.cache_file()}"
+            )
+        if not measuring:
+            if show:
+                _show_calibration(calibration)
+            return
+        calibration.check_can_calibrate()
+        calibration.measurements()  # an unreadable cache fails before the timing
+        click.echo(f"This machine: {calibration.machine_key()}")
+        click.echo(
+            f"{'layer':9} {'mode':9} steps x units batch     | {'XLA':>9} "
+            f"{'plain':>9}       | XLA/plain (range of rounds) -> choice"
+        )
+        found = calibration.calibrate(
+            [_family_name(name) for name in families] or calibration.FAMILIES,
+            list(shapes) or calibration.DEFAULT_SHAPES,
+            modes=list(modes) or calibration.MODES,
+            report=lambda item: click.echo(item.line()),
+            **options,
+        )
+    plural = "s" * (len(found) != 1)
+    click.echo(
+        f"\nCached {len(found)} measurement{plural} in {calibration.cache_file()}: "
+        "with jit_compile=None the layers compile where the choice says XLA "
+        f"(at least {calibration.MIN_GAIN:.0%} faster)."
+    )
+
+
+def _family_name(name: str) -> str:
+    """The layer class's name for a `--cell` choice (as `rnnkit diagnose` spells it)."""
+    return {"gru": "GRU", "lstm": "LSTM", "simple_rnn": "SimpleRNN"}[name]
+
+
+def _show_calibration(calibration: Any) -> None:
+    found = calibration.measurements()
+    click.echo(f"This machine: {calibration.machine_key()}")
+    click.echo(f"Cache file: {calibration.cache_file()}")
+    if not found:
+        click.echo(
+            "No measurements for this machine: jit_compile=None follows each "
+            "cell's xla_pays (measured on one CPU). Run `rnnkit calibrate`."
+        )
+    for item in found:
+        click.echo(item.line())
+
+
 @main.command()
 def info() -> None:
     """Show versions, the Keras backend and the visible devices."""
@@ -846,6 +984,19 @@ def info() -> None:
     for device in _devices(keras.backend.backend()):
         click.echo(f"{'device':<12} {device}")
     click.echo(f"{'recipes':<12} {', '.join(registry.available()) or 'none'}")
+    if keras.backend.backend() == "tensorflow":
+        from rnnkit.layers import calibration
+
+        try:
+            count = len(calibration.measurements())
+            line = (
+                f"{count} measurements for this machine (rnnkit calibrate --show)"
+                if count
+                else "defaults (not calibrated here: rnnkit calibrate)"
+            )
+        except calibration.CalibrationError as error:
+            line = f"defaults: {error}"
+        click.echo(f"{'xla loops':<12} {line}")
 
 
 def _devices(backend: str) -> list[str]:

@@ -6,7 +6,13 @@ import pytest
 
 from tests.docstring_examples import run_examples
 
-MODULES = ["rnnkit.config", "rnnkit.decoding", "rnnkit.losses", "rnnkit.optimizers"]
+MODULES = [
+    "rnnkit.config",
+    "rnnkit.decoding",
+    "rnnkit.layers.calibration",
+    "rnnkit.losses",
+    "rnnkit.optimizers",
+]
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -239,9 +239,10 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     def xla_pays(self, training: bool) -> bool:
         """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
-        for a training (or an inference) call on a CPU: where that was measured to
-        be faster than TensorFlow's plain loop (`benchmarks/xla_loops.py`). By
-        default it does."""
+        for a training (or an inference) call on a CPU where `rnnkit calibrate` has
+        not measured it (`rnnkit.layers.calibration`): where it was measured to be
+        faster than TensorFlow's plain loop on one CPU (`benchmarks/xla_loops.py`).
+        By default it does."""
         return True
 
     def loop_weights(self):
@@ -511,14 +512,22 @@ class RecurrentLayer(keras.layers.RNN):
         # function (Model.fit, predict, tf.function; an eager call is a one-off that
         # the 0.4-1.6 s compilation would slow down) and for a static number of steps
         # (XLA compiles once per shape: padding every batch to its own length would
-        # compile again and again).
-        compiled = (
-            self.cell.xla_pays(bool(training))
-            and not tf.executing_eagerly()
-            and sequences.shape[1] is not None
-            and not tf.config.list_logical_devices("GPU")
+        # compile again and again). Measured on this machine (`rnnkit calibrate`)
+        # where it was, else as the cell's `xla_pays` says.
+        if (
+            tf.executing_eagerly()
+            or sequences.shape[1] is None
+            or tf.config.list_logical_devices("GPU")
+        ):
+            return False, None
+        from rnnkit.layers import calibration
+
+        measured = calibration.measured_choice(
+            self.cell, bool(training), sequences.shape[1], sequences.shape[0]
         )
-        return compiled, None
+        if measured is None:
+            return self.cell.xla_pays(bool(training)), None
+        return measured, None
 
     def _cudnn_or_generic_per_batch(
         self, sequences, initial_state, mask, training, generic_path, generic_loop

@@ -289,10 +289,11 @@ class GRU(RecurrentLayer):
             Default: `"auto"`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
-            faster (training and inference; `cell.xla_pays`), on a CPU,
-            inside a traced function (`fit`, `predict`, `tf.function`), for a
-            static number of steps (XLA compiles once per input shape);
-            True: always (an error where it cannot be); False: never.
+            faster, by `rnnkit calibrate` on this machine, else on one CPU
+            (training and inference; `cell.xla_pays`), on a CPU, inside a traced
+            function (`fit`, `predict`, `tf.function`), for a static number of
+            steps (XLA compiles once per input shape); True: always (an error
+            where it cannot be); False: never.
             `execution_path` says "XLA-compiled" when it is.
 
     Call arguments:
