@@ -16,7 +16,9 @@ the GRU), and its fraction of that peak. `--torch` adds `torch.nn.LSTM`/`GRU` wi
 the same sizes and threads (batch first, a Linear(1) head on the last output, Adam)
 as a third column, interleaved in the same rounds. `--uncompiled` adds rnnkit's layer
 with `jit_compile=False` (the plain TensorFlow loop, as for a sequence length that
-is not static) on a line of its own under each row, interleaved in the same rounds.
+is not static; on the PyTorch backend `use_cudnn=False`, the layer's own loop instead
+of PyTorch's kernel) on a line of its own under each row, interleaved in the same
+rounds.
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
@@ -110,6 +112,14 @@ def time_call(function, steps):
     return (time.perf_counter() - start) / steps
 
 
+def without_fusion():
+    """`--uncompiled`'s layer options: TensorFlow's plain loop (no XLA), or on the
+    PyTorch backend the layer's own loop instead of PyTorch's kernel."""
+    if keras.backend.backend() == "torch":
+        return {"use_cudnn": False}
+    return {"jit_compile": False}
+
+
 def run_config(
     family, steps_in_time, units, rounds, steps_per_round, with_torch, uncompiled=False
 ):
@@ -121,7 +131,7 @@ def run_config(
     ours.set_weights(builtin.get_weights())
     models = [("rnnkit", ours), ("keras", builtin)]
     if uncompiled:
-        plain = build(getattr(rnnkit.layers, family)(units, jit_compile=False))
+        plain = build(getattr(rnnkit.layers, family)(units, **without_fusion()))
         plain.set_weights(builtin.get_weights())
         models.append(("uncompiled", plain))
     # name -> (training step, inference step)
@@ -171,7 +181,8 @@ def main():
     parser.add_argument(
         "--uncompiled",
         action="store_true",
-        help="Add rnnkit's layer with jit_compile=False on a line under each row.",
+        help="Add rnnkit's layer with jit_compile=False (PyTorch backend: "
+        "use_cudnn=False, its own loop) on a line under each row.",
     )
     args = parser.parse_args()
     if args.torch:
@@ -229,8 +240,9 @@ def main():
                 )
             print(line, flush=True)
             if args.uncompiled:
+                label = ", ".join(f"{k}={v}" for k, v in without_fusion().items())
                 print(
-                    f"{'  jit_compile=False':18}| "
+                    f"{'  ' + label:18}| "
                     f"{rates['uncompiled', 'train']:>18.1f} {'':>8} "
                     f"{rates['uncompiled', 'train'] / rates['keras', 'train']:>5.2f}x "
                     f"{'':>8} {'':>7} | {rates['uncompiled', 'infer']:>18.1f} {'':>8} "

@@ -66,6 +66,10 @@ def derivative_from_output(function):
     return _DERIVATIVE_FROM_OUTPUT.get(_activation_name(function))
 
 
+def _on_torch() -> bool:
+    return keras.backend.backend() == "torch"
+
+
 def _cudnn_mask_ok(mask):
     """True where cuDNN can take the mask: right-padded, no fully masked row."""
     mask = ops.cast(mask, "bool")  # (batch, time)
@@ -78,10 +82,11 @@ def _cudnn_mask_ok(mask):
 def _cudnn_mask_blocker(mask) -> str | None:
     """Why cuDNN cannot take `mask` ("" if it can), or None inside a tf.function,
     where the mask's values are known per batch only."""
-    import tensorflow as tf
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
-    if not tf.executing_eagerly():
-        return None
+        if not tf.executing_eagerly():
+            return None
     if bool(_cudnn_mask_ok(mask)):
         return ""
     lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
@@ -389,11 +394,50 @@ class RecurrentLayer(keras.layers.RNN):
     def _run_cudnn(self, sequences, initial_state, mask, training):
         raise NotImplementedError
 
+    def _torch_kernel(self) -> str:
+        """The name of PyTorch's kernel for this layer (`_torch_rnn.KERNELS`)."""
+        raise NotImplementedError
+
+    def _torch_weights(self):
+        """The weights in the layout of `_torch_kernel` (`_torch_rnn.params`)."""
+        raise NotImplementedError
+
+    def _run_torch(self, sequences, initial_state, mask, training):
+        """`_run_cudnn` on the PyTorch backend: PyTorch's kernel, with the input
+        dropout mask of the whole sequence applied first (as for cuDNN)."""
+        from rnnkit.layers import _torch_rnn
+
+        input_mask, _ = self.cell.dropout_masks(
+            sequences[:, 0, :], initial_state[0], training
+        )
+        if input_mask is not None:
+            sequences = sequences * ops.expand_dims(input_mask, 1)  # (batch, time, in)
+        lengths = None
+        if mask is not None:
+            lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+        return _torch_rnn.run(
+            self._torch_kernel(),
+            ops.cast(sequences, self.compute_dtype),
+            [ops.cast(state, self.compute_dtype) for state in initial_state],
+            self._torch_weights(),
+            lengths=lengths,
+            return_sequences=self.return_sequences,
+            go_backwards=self.go_backwards,
+            training=bool(training),
+            zero_output_for_mask=self.zero_output_for_mask,
+        )
+
     def _generic_blockers(self, training) -> list[str]:
+        """Reasons no fused kernel can run this layer: cuDNN on TensorFlow (a GPU
+        visible), PyTorch's own kernels on PyTorch (CPU or GPU; `_torch_rnn`)."""
         cell = self.cell
         reasons = []
-        if keras.backend.backend() != "tensorflow":
-            reasons.append(f"backend is {keras.backend.backend()}")
+        backend = keras.backend.backend()
+        if backend == "torch":
+            if self.compute_dtype != "float32":
+                reasons.append(f"compute dtype {self.compute_dtype}")
+        elif backend != "tensorflow":
+            reasons.append(f"backend is {backend}")
         elif not keras_backend.cudnn_ok(
             keras.activations.tanh, keras.activations.sigmoid, False, True
         ):
@@ -402,7 +446,7 @@ class RecurrentLayer(keras.layers.RNN):
             reasons.append(f"activation={_activation_name(cell.activation)}")
         if self.unroll:
             reasons.append("unroll=True")
-        if not cell.use_bias:
+        if not cell.use_bias and backend != "torch":
             reasons.append("use_bias=False")
         if cell.recurrent_dropout > 0:
             reasons.append(f"recurrent_dropout={cell.recurrent_dropout} > 0")
@@ -419,8 +463,11 @@ class RecurrentLayer(keras.layers.RNN):
         )
         if not blockers and mask is not None:
             # cuDNN takes right-padded masks without a fully masked row only (as
-            # Keras' own check); anything else runs the generic loop.
+            # Keras' own check); anything else runs the generic loop. So do
+            # PyTorch's kernels, given the lengths, but not read backwards.
             mask_blocker = _cudnn_mask_blocker(mask)
+            if mask_blocker == "" and self.go_backwards and _on_torch():
+                mask_blocker = "go_backwards with a mask"
             if mask_blocker is None:
                 # Inside a tf.function the mask is known per batch only: both paths
                 # are traced and the batch chooses (as Keras 2's LSTM did).
@@ -440,7 +487,11 @@ class RecurrentLayer(keras.layers.RNN):
         if not blockers:
             try:
                 outputs = self._run_cudnn(sequences, initial_state, mask, training)
-                self.execution_path = "cudnn: fused kernel"
+                self.execution_path = (
+                    f"fused kernel: PyTorch's torch.{self._torch_kernel()}"
+                    if _on_torch()
+                    else "cudnn: fused kernel"
+                )
                 return outputs
             except NotImplementedError:
                 blockers = ["the cuDNN kernel rejected this input"]

@@ -262,7 +262,9 @@ class GRU(RecurrentLayer):
     reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
     configuration that cuDNN supports (tanh/sigmoid, `use_bias`,
     `reset_after=True`, no `recurrent_dropout`, no `unroll`, right-padded masks)
-    runs through the fused cuDNN kernel with the same weights; otherwise a generic
+    runs through the fused cuDNN kernel with the same weights. With the PyTorch
+    backend, on the CPU too, such a configuration (right-padded masks read forwards)
+    runs PyTorch's own `torch.gru` (`rnnkit.layers._torch_rnn`). Otherwise a generic
     loop runs the cell, and a training call on TensorFlow differentiates it with the
     hand-written backward pass of `rnnkit.layers._bptt` (weight gradients as one
     matmul over all steps). `execution_path` says which path the last call took and
@@ -285,7 +287,8 @@ class GRU(RecurrentLayer):
         stateful: Carry the final state of batch i into batch i + 1; clear it with
             `reset_state()`. Needs a fixed batch size. Default: `False`.
         unroll: Unroll the loop (short sequences only). Default: `False`.
-        use_cudnn: `"auto"`, `True` (fail if not possible) or `False`.
+        use_cudnn: `"auto"` (use the fused kernel when possible: cuDNN, or
+            PyTorch's on that backend), `True` (fail if not possible) or `False`.
             Default: `"auto"`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
@@ -388,7 +391,29 @@ class GRU(RecurrentLayer):
             reasons.append("reset_after=False")
         return reasons
 
+    def _torch_kernel(self):
+        return "gru"  # reset_after=True: the reset gate scales h_{t-1} U_h + b'_h
+
+    def _torch_weights(self):
+        from rnnkit.layers import _torch_rnn
+
+        cell = self.cell
+
+        def reordered(weight):
+            return _torch_rnn.gru_gate_order(weight, cell.units)
+
+        biases = []
+        if cell.use_bias:  # (2, 3 units): input and recurrent biases
+            biases = [reordered(cell.bias.value[0]), reordered(cell.bias.value[1])]
+        return _torch_rnn.params(
+            reordered(cell.kernel.value),
+            reordered(cell.recurrent_kernel.value),
+            *biases,
+        )
+
     def _run_cudnn(self, sequences, initial_state, mask, training):
+        if keras.backend.backend() == "torch":
+            return self._run_torch(sequences, initial_state, mask, training)
         input_mask, _ = self.cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )

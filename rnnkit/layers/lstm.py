@@ -302,9 +302,11 @@ class LSTM(RecurrentLayer):
     reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
     configuration that cuDNN supports (tanh/sigmoid, `use_bias`, no
     `recurrent_dropout`, no `unroll`, right-padded masks) runs through the fused cuDNN
-    kernel with the very same weights; otherwise a generic loop runs the cell, and a
-    training call on TensorFlow differentiates it with the hand-written backward pass
-    of `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
+    kernel with the very same weights. With the PyTorch backend, on the CPU too, such
+    a configuration (right-padded masks read forwards) runs PyTorch's own
+    `torch.lstm` (`rnnkit.layers._torch_rnn`). Otherwise a generic loop runs the cell,
+    and a training call on TensorFlow differentiates it with the hand-written backward
+    pass of `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
     `execution_path` says which path the last call took and why.
 
     Args:
@@ -326,8 +328,9 @@ class LSTM(RecurrentLayer):
         stateful: Carry the final states of batch i into batch i + 1; clear them with
             `reset_state()`. Needs a fixed batch size. Default: `False`.
         unroll: Unroll the loop (short sequences only). Default: `False`.
-        use_cudnn: `"auto"` (use cuDNN when possible), `True` (fail if not
-            possible) or `False`. Default: `"auto"`.
+        use_cudnn: `"auto"` (use the fused kernel when possible: cuDNN, or
+            PyTorch's on that backend), `True` (fail if not possible) or `False`.
+            Default: `"auto"`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
             faster, which for the LSTM is nowhere (`LSTMCell.xla_pays`); True:
@@ -428,7 +431,19 @@ class LSTM(RecurrentLayer):
             reasons.append(f"recurrent_activation={recurrent}")
         return reasons
 
+    def _torch_kernel(self):
+        return "lstm"  # gates (i, f, c, o) in Keras' order
+
+    def _torch_weights(self):
+        from rnnkit.layers import _torch_rnn
+
+        cell = self.cell
+        bias = cell.bias.value if cell.use_bias else None
+        return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
+
     def _run_cudnn(self, sequences, initial_state, mask, training):
+        if keras.backend.backend() == "torch":
+            return self._run_torch(sequences, initial_state, mask, training)
         input_mask, _ = self.cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )

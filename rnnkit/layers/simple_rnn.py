@@ -8,6 +8,7 @@ from keras import ops
 from rnnkit.layers._rnn_base import (
     RecurrentCell,
     RecurrentLayer,
+    _activation_name,
     derivative_from_output,
 )
 
@@ -127,9 +128,12 @@ class SimpleRNN(RecurrentLayer):
     Runs `SimpleRNNCell` over a sequence. Takes the arguments of
     `keras.layers.SimpleRNN` and stores the same weights, so
     `rnn.set_weights(keras_rnn.get_weights())` (and the reverse) gives the same
-    outputs. There is no fused kernel for this cell; it always runs the generic loop,
-    and a training call on TensorFlow differentiates it with the hand-written backward
-    pass of `rnnkit.layers._bptt`.
+    outputs. cuDNN has no kernel for this cell, so on TensorFlow it runs the generic
+    loop, and a training call differentiates it with the hand-written backward pass of
+    `rnnkit.layers._bptt`. With the PyTorch backend a tanh or relu layer without
+    `recurrent_dropout` or `unroll` (right-padded masks read forwards) runs PyTorch's
+    own `torch.rnn_tanh`/`rnn_relu` (`rnnkit.layers._torch_rnn`). `execution_path`
+    says which path the last call took and why.
 
     Args:
         units, activation, use_bias: As for `SimpleRNNCell`.
@@ -234,7 +238,32 @@ class SimpleRNN(RecurrentLayer):
         )
 
     def _cudnn_blockers(self, training):
-        return ["SimpleRNN has no cuDNN kernel"]
+        if keras.backend.backend() != "torch":
+            return ["SimpleRNN has no cuDNN kernel"]
+        # PyTorch's torch.rnn_tanh and torch.rnn_relu (`_torch_rnn`).
+        cell, reasons = self.cell, []
+        if self.compute_dtype != "float32":
+            reasons.append(f"compute dtype {self.compute_dtype}")
+        if _activation_name(cell.activation) not in ("tanh", "relu"):
+            reasons.append(f"activation={_activation_name(cell.activation)}")
+        if self.unroll:
+            reasons.append("unroll=True")
+        if cell.recurrent_dropout > 0:
+            reasons.append(f"recurrent_dropout={cell.recurrent_dropout} > 0")
+        return reasons
+
+    def _torch_kernel(self):
+        return f"rnn_{_activation_name(self.cell.activation)}"
+
+    def _torch_weights(self):
+        from rnnkit.layers import _torch_rnn
+
+        cell = self.cell
+        bias = cell.bias.value if cell.use_bias else None
+        return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
+
+    def _run_cudnn(self, sequences, initial_state, mask, training):
+        return self._run_torch(sequences, initial_state, mask, training)
 
     def get_config(self):
         config = super().get_config()

@@ -442,6 +442,7 @@ def check_training_reduces_loss(family: Family):
 
 
 HAND_WRITTEN = "hand-written BPTT"
+TORCH_KERNEL = "fused kernel: PyTorch's torch."
 
 
 def hand_written_bptt_expected() -> bool:
@@ -563,6 +564,12 @@ def check_training_path_is_named(family: Family, options: dict, reason: str):
     layer = family.layer(UNITS, **options)
     x = random_inputs(9)
     layer(x)
+    if keras.backend.backend() == "torch" and not reason:
+        # PyTorch's own kernel runs what the layer's loop would, in both modes.
+        assert layer.execution_path.startswith(TORCH_KERNEL), layer.execution_path
+        layer(x, training=True)
+        assert layer.execution_path.startswith(TORCH_KERNEL), layer.execution_path
+        return
     assert HAND_WRITTEN not in layer.execution_path  # inference: plain loop
     layer(x, training=True)
     if hand_written_bptt_expected() and not reason:

@@ -109,10 +109,24 @@ def test_training_on_msft_reduces_loss():
     checks.check_training_reduces_loss(FAMILY)
 
 
-def test_execution_path_says_no_fused_kernel():
+def test_execution_path_says_which_fused_kernel_or_why_none():
     layer = SimpleRNN(3)
     layer(np.zeros((2, 4, 3), "float32"))
-    assert checks.is_generic_path(layer.execution_path, "SimpleRNN has no cuDNN kernel")
+    if keras.backend.backend() == "torch":  # PyTorch's own kernels (CPU and GPU)
+        assert layer.execution_path == f"{checks.TORCH_KERNEL}rnn_tanh"
+        relu = SimpleRNN(3, activation="relu")
+        relu(np.zeros((2, 4, 3), "float32"))
+        assert relu.execution_path == f"{checks.TORCH_KERNEL}rnn_relu"
+        blocked = SimpleRNN(3, activation="sigmoid", recurrent_dropout=0.1)
+        blocked(np.zeros((2, 4, 3), "float32"))
+        assert checks.is_generic_path(
+            blocked.execution_path,
+            "activation=sigmoid; recurrent_dropout=0.1 > 0",
+        )
+    else:
+        assert checks.is_generic_path(
+            layer.execution_path, "SimpleRNN has no cuDNN kernel"
+        )
 
 
 def test_invalid_recurrent_dropout_is_named():

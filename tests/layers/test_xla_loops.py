@@ -158,9 +158,13 @@ def test_jit_compile_true_does_not_stop_a_call_that_cudnn_runs(monkeypatch):
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch only")
 def test_jit_compile_true_on_torch_is_a_clear_error():
-    layer = LSTM(checks.UNITS, jit_compile=True)
+    layer = LSTM(checks.UNITS, jit_compile=True, use_cudnn=False)
     with pytest.raises(ValueError, match="cannot be honoured: backend is torch"):
         layer(checks.random_inputs(4))
+    # Not for a call that PyTorch's own kernel runs: it compiles nothing either.
+    fused = LSTM(checks.UNITS, jit_compile=True)
+    fused(checks.random_inputs(4))
+    assert fused.execution_path == f"{checks.TORCH_KERNEL}lstm"
 
 
 @pytest.mark.parametrize("name", LAYERS)
