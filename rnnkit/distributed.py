@@ -218,9 +218,9 @@ def _wait_for_listeners(addresses: list[str], seconds: float, message: str) -> N
     import socket
 
     deadline = time.monotonic() + seconds
-    waiting = list(addresses)
+    waiting = [(text, parse_address(text, "TF_CONFIG")) for text in addresses]
     while waiting:
-        address = parse_address(waiting[0], "TF_CONFIG")
+        address = waiting[0][1]
         try:
             with socket.create_connection(
                 (address.host.strip("[]"), address.port), timeout=1.0
@@ -230,7 +230,8 @@ def _wait_for_listeners(addresses: list[str], seconds: float, message: str) -> N
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise ClusterError(f"{message} (no answer from {', '.join(waiting)})")
+            silent = ", ".join(text for text, _ in waiting)
+            raise ClusterError(f"{message} (no answer from {silent})")
         time.sleep(0.25)
 
 
