@@ -887,7 +887,7 @@ class _ShapeType(click.ParamType):
     type=click.IntRange(min=1),
     default=9,
     show_default=True,
-    help="Interleaved rounds of three calls each (the median decides).",
+    help="Interleaved rounds of about 0.25 s per loop (the median decides).",
 )
 @click.option(
     "--show", is_flag=True, help="Only print this machine's cached measurements."

@@ -8,14 +8,10 @@ reference gradients are central finite differences of the float64 numpy equation
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import keras
 import numpy as np
 
-from tests.layers.recurrent_checks import assert_close
+from tests.layers.recurrent_checks import assert_close, check_reloads_in_fresh_process
 
 BATCH, QUERY_STEPS, VALUE_STEPS = 2, 3, 5
 GRADIENT_TOLERANCE = 1e-4
@@ -207,25 +203,7 @@ def check_padded_positions_do_not_move(layer, query, value, **call_kwargs):
 def check_save_and_reload(model, inputs, tmp_path):
     """A model saved to .keras reloads in a fresh process that imports only rnnkit
     (and keras) and gives the same outputs."""
-    expected = keras.ops.convert_to_numpy(model(inputs))
-    path = tmp_path / "model.keras"
-    model.save(path)
-    arrays = {name: (a.tolist(), str(a.dtype)) for name, a in inputs.items()}
-    script = (
-        "import json, numpy as np, keras, rnnkit.layers\n"
-        f"model = keras.saving.load_model({str(path)!r})\n"
-        f"inputs = {{k: np.array(v, d) for k, (v, d) in {arrays!r}.items()}}\n"
-        "print(json.dumps(keras.ops.convert_to_numpy(model(inputs)).tolist()))\n"
-        "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
-        "model._flatten_layers()})))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.strip().splitlines()
-    assert_close(np.array(json.loads(lines[-2])), expected, what="reloaded model")
-    assert "rnnkit" in json.loads(lines[-1])
+    check_reloads_in_fresh_process(model, inputs, tmp_path / "model.keras")
 
 
 def check_training_step_reduces_loss(model, inputs, targets):

@@ -334,14 +334,23 @@ def check_save_and_reload(family: Family, tmp_path):
         ]
     )
     tokens = np.array([[3, 5, 7, 0], [0, 0, 9, 2]])
-    expected = keras.ops.convert_to_numpy(model(tokens))
-    path = tmp_path / f"{family.name}.keras"
+    check_reloads_in_fresh_process(model, tokens, tmp_path / f"{family.name}.keras")
+
+
+def check_reloads_in_fresh_process(model, inputs, path):
+    """`model` saved to `path` (.keras) reloads in a fresh process that imports only
+    rnnkit (and keras), holds rnnkit's layers and gives the same outputs on `inputs`
+    (an array or a dict of arrays)."""
+    expected = keras.ops.convert_to_numpy(model(inputs))
     model.save(path)
+    named = inputs if isinstance(inputs, dict) else {"": inputs}
+    arrays = {name: (a.tolist(), str(a.dtype)) for name, a in named.items()}
     script = (
-        "import json, sys, numpy as np, keras, rnnkit.layers\n"
+        "import json, numpy as np, keras, rnnkit.layers\n"
         f"model = keras.saving.load_model({str(path)!r})\n"
-        f"print(json.dumps(keras.ops.convert_to_numpy(model(np.array({tokens.tolist()})))"
-        ".tolist()))\n"
+        f"inputs = {{k: np.array(v, d) for k, (v, d) in {arrays!r}.items()}}\n"
+        f"inputs = inputs if {isinstance(inputs, dict)} else inputs['']\n"
+        "print(json.dumps(keras.ops.convert_to_numpy(model(inputs)).tolist()))\n"
         "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
         "model._flatten_layers()})))\n"
     )
