@@ -916,9 +916,15 @@ def calibrate(
     _load_frameworks()
     from rnnkit.layers import calibration
 
-    measuring = not show and not (forget and not (families or shapes or modes))
+    context = click.get_current_context()
+    given = [
+        name
+        for name in ("families", "shapes", "modes", *options)
+        if context.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    measuring = not show and not (forget and not given)
     with user_errors():
-        if show and (forget or families or shapes or modes):
+        if show and (forget or given):
             raise RnnkitError("--show only prints: leave out the other options")
         if forget:
             dropped = calibration.forget()

@@ -217,8 +217,19 @@ def test_the_cli_measures_shows_and_forgets():
     info = invoke("info")
     assert "xla loops    1 measurements for this machine" in info.output
 
-    result = invoke("calibrate", "--forget")
+    # --forget with what to measure forgets, then measures.
+    result = invoke(
+        "calibrate", "--forget", "--cell", "gru", "--shape", "5x8", "--mode",
+        "training", "--batch", "4", "--rounds", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "Dropped measurements" in result.output
+    assert [(m.family, m.mode) for m in calibration.measurements()] == [
+        ("GRU", "training")
+    ]
+    result = invoke("calibrate", "--forget")  # alone: forgets only
     assert result.exit_code == 0 and "Dropped measurements" in result.output
+    assert "Cached" not in result.output
     assert calibration.measurements() == []
     assert "xla loops    defaults" in invoke("info").output
 
@@ -247,6 +258,7 @@ def test_the_cli_says_what_is_wrong_with_the_cache_and_how_to_mend_it():
         assert str(path) in line and "calibrate --forget" in line
     assert path.read_text() == "[]"  # nothing measured, nothing written
     assert "xla loops    defaults: the XLA calibration cache" in invoke("info").output
-    assert error_line(invoke("calibrate", "--show", "--forget")).endswith(
-        "--show only prints: leave out the other options"
-    )
+    for other in (["--forget"], ["--rounds", "2"]):
+        assert error_line(invoke("calibrate", "--show", *other)).endswith(
+            "--show only prints: leave out the other options"
+        )
