@@ -154,6 +154,24 @@ def test_an_unreadable_cache_warns_once_and_the_defaults_decide():
     )
     with pytest.raises(calibration.CalibrationError, match="unreadable"):
         calibration.measurements()
+    # So is a measurement with a field of the wrong type.
+    item = dataclasses.asdict(measured(LSTM, "inference", 6, 8, True))
+    path.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "machines": {
+                    calibration.machine_key(): {
+                        "measurements": [{**item, "units": "8"}]
+                    }
+                },
+            }
+        )
+    )
+    with pytest.raises(calibration.CalibrationError, match="malformed measurement"):
+        calibration.measurements()
+    with pytest.warns(RuntimeWarning, match="malformed measurement"):
+        assert XLA not in traced_path(LSTM(8))[0]
     assert calibration.forget() is True
     assert not path.exists()
     assert calibration.measurements() == []

@@ -187,7 +187,7 @@ def _read(path: Path) -> dict:
             raise ValueError("no 'machines' mapping")
         for entry in machines.values():
             for item in entry.get("measurements", []):
-                Measurement(**item)
+                _check(Measurement(**item))
     except (OSError, ValueError, TypeError, AttributeError) as error:
         raise CalibrationError(
             f"the XLA calibration cache {path} is unreadable ({error}); delete it, "
@@ -195,6 +195,20 @@ def _read(path: Path) -> dict:
         ) from None
     _read_memo.update(stamp=stamp, content=content)
     return content
+
+
+def _check(item: Measurement) -> None:
+    """Raises ValueError for a measurement whose fields have the wrong types."""
+    counts = (item.steps, item.units, item.batch, item.features, item.rounds)
+    rates = (item.xla_rate, item.plain_rate, item.ratio, item.low, item.high)
+    if not (
+        isinstance(item.cell, str)
+        and item.mode in MODES
+        and all(type(v) is int and v > 0 for v in counts)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in rates)
+        and isinstance(item.compile, bool)
+    ):
+        raise ValueError(f"a malformed measurement {dataclasses.asdict(item)}")
 
 
 def measurements() -> list[Measurement]:
@@ -229,16 +243,12 @@ def record(found: Iterable[Measurement]) -> Path:
     return write_json(path, content)
 
 
-def forget(every_machine: bool = False) -> bool:
-    """Drops this machine's measurements (or the whole cache file, also when it is
+def forget() -> bool:
+    """Drops this machine's measurements (the whole cache file when it is
     unreadable); whether there was something to drop."""
     from rnnkit.runner import write_json
 
     path = cache_file()
-    if every_machine:
-        existed = path.exists()
-        path.unlink(missing_ok=True)
-        return existed
     try:
         content = _read(path)
     except CalibrationError:
