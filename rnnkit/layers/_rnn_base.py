@@ -394,16 +394,25 @@ class RecurrentLayer(keras.layers.RNN):
     def _run_cudnn(self, sequences, initial_state, mask, training):
         raise NotImplementedError
 
+    def _fused_activations(self) -> tuple[str, ...]:
+        """The activations the fused kernel of this backend takes."""
+        return ("tanh",)
+
     def _torch_kernel(self) -> str:
         """The name of PyTorch's kernel for this layer (`_torch_rnn.KERNELS`)."""
         raise NotImplementedError
 
     def _torch_weights(self):
-        """The weights in the layout of `_torch_kernel` (`_torch_rnn.params`)."""
-        raise NotImplementedError
+        """The weights in the layout of `_torch_kernel` (`_torch_rnn.params`): by
+        default the kernels transposed and the one bias."""
+        from rnnkit.layers import _torch_rnn
+
+        cell = self.cell
+        bias = cell.bias.value if cell.use_bias else None
+        return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
 
     def _run_torch(self, sequences, initial_state, mask, training):
-        """`_run_cudnn` on the PyTorch backend: PyTorch's kernel, with the input
+        """The fused path on the PyTorch backend: PyTorch's kernel, with the input
         dropout mask of the whole sequence applied first (as for cuDNN)."""
         from rnnkit.layers import _torch_rnn
 
@@ -442,7 +451,7 @@ class RecurrentLayer(keras.layers.RNN):
             keras.activations.tanh, keras.activations.sigmoid, False, True
         ):
             reasons.append("no GPU visible")
-        if _activation_name(cell.activation) != "tanh":
+        if _activation_name(cell.activation) not in self._fused_activations():
             reasons.append(f"activation={_activation_name(cell.activation)}")
         if self.unroll:
             reasons.append("unroll=True")
@@ -486,12 +495,13 @@ class RecurrentLayer(keras.layers.RNN):
                 blockers = [mask_blocker]
         if not blockers:
             try:
-                outputs = self._run_cudnn(sequences, initial_state, mask, training)
-                self.execution_path = (
-                    f"fused kernel: PyTorch's torch.{self._torch_kernel()}"
-                    if _on_torch()
-                    else "cudnn: fused kernel"
-                )
+                if _on_torch():
+                    outputs = self._run_torch(sequences, initial_state, mask, training)
+                    path = f"fused kernel: PyTorch's torch.{self._torch_kernel()}"
+                else:
+                    outputs = self._run_cudnn(sequences, initial_state, mask, training)
+                    path = "cudnn: fused kernel"
+                self.execution_path = path
                 return outputs
             except NotImplementedError:
                 blockers = ["the cuDNN kernel rejected this input"]

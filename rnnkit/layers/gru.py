@@ -412,8 +412,6 @@ class GRU(RecurrentLayer):
         )
 
     def _run_cudnn(self, sequences, initial_state, mask, training):
-        if keras.backend.backend() == "torch":
-            return self._run_torch(sequences, initial_state, mask, training)
         input_mask, _ = self.cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )

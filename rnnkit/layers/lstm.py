@@ -434,16 +434,7 @@ class LSTM(RecurrentLayer):
     def _torch_kernel(self):
         return "lstm"  # gates (i, f, c, o) in Keras' order
 
-    def _torch_weights(self):
-        from rnnkit.layers import _torch_rnn
-
-        cell = self.cell
-        bias = cell.bias.value if cell.use_bias else None
-        return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
-
     def _run_cudnn(self, sequences, initial_state, mask, training):
-        if keras.backend.backend() == "torch":
-            return self._run_torch(sequences, initial_state, mask, training)
         input_mask, _ = self.cell.dropout_masks(
             sequences[:, 0, :], initial_state[0], training
         )

@@ -231,7 +231,7 @@ class SimpleRNN(RecurrentLayer):
             go_backwards=go_backwards,
             stateful=stateful,
             unroll=unroll,
-            use_cudnn=False,
+            use_cudnn="auto",  # not an argument of SimpleRNN (nor of Keras')
             jit_compile=jit_compile,
             activity_regularizer=activity_regularizer,
             **kwargs,
@@ -241,29 +241,13 @@ class SimpleRNN(RecurrentLayer):
         if keras.backend.backend() != "torch":
             return ["SimpleRNN has no cuDNN kernel"]
         # PyTorch's torch.rnn_tanh and torch.rnn_relu (`_torch_rnn`).
-        cell, reasons = self.cell, []
-        if self.compute_dtype != "float32":
-            reasons.append(f"compute dtype {self.compute_dtype}")
-        if _activation_name(cell.activation) not in ("tanh", "relu"):
-            reasons.append(f"activation={_activation_name(cell.activation)}")
-        if self.unroll:
-            reasons.append("unroll=True")
-        if cell.recurrent_dropout > 0:
-            reasons.append(f"recurrent_dropout={cell.recurrent_dropout} > 0")
-        return reasons
+        return self._generic_blockers(training)
+
+    def _fused_activations(self):
+        return ("tanh", "relu")
 
     def _torch_kernel(self):
         return f"rnn_{_activation_name(self.cell.activation)}"
-
-    def _torch_weights(self):
-        from rnnkit.layers import _torch_rnn
-
-        cell = self.cell
-        bias = cell.bias.value if cell.use_bias else None
-        return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
-
-    def _run_cudnn(self, sequences, initial_state, mask, training):
-        return self._run_torch(sequences, initial_state, mask, training)
 
     def get_config(self):
         config = super().get_config()
