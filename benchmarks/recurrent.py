@@ -18,12 +18,14 @@ as a third column, interleaved in the same rounds. `--uncompiled` adds rnnkit's 
 with `jit_compile=False` (the plain TensorFlow loop, as for a sequence length that
 is not static; on the PyTorch backend `use_cudnn=False`, the layer's own loop instead
 of PyTorch's kernel) on a line of its own under each row, interleaved in the same
-rounds.
+rounds; `--unsharded` likewise adds it with `batch_shards=1` (the whole batch in one
+loop, not one loop per core).
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
     python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
+    python benchmarks/recurrent.py --unsharded     # and rnnkit in one loop
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -120,8 +122,18 @@ def without_fusion():
     return {"jit_compile": False}
 
 
+def variants(args):
+    """The extra rnnkit lines asked for: (label, layer options)."""
+    chosen = []
+    if args.uncompiled:
+        chosen.append(("uncompiled", without_fusion()))
+    if args.unsharded:
+        chosen.append(("unsharded", {"batch_shards": 1}))
+    return chosen
+
+
 def run_config(
-    family, steps_in_time, units, rounds, steps_per_round, with_torch, uncompiled=False
+    family, steps_in_time, units, rounds, steps_per_round, with_torch, extra=()
 ):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
@@ -130,10 +142,10 @@ def run_config(
     ours = build(getattr(rnnkit.layers, family)(units))
     ours.set_weights(builtin.get_weights())
     models = [("rnnkit", ours), ("keras", builtin)]
-    if uncompiled:
-        plain = build(getattr(rnnkit.layers, family)(units, **without_fusion()))
-        plain.set_weights(builtin.get_weights())
-        models.append(("uncompiled", plain))
+    for label, options in extra:
+        variant = build(getattr(rnnkit.layers, family)(units, **options))
+        variant.set_weights(builtin.get_weights())
+        models.append((label, variant))
     # name -> (training step, inference step)
     steps = {
         name: (
@@ -184,6 +196,12 @@ def main():
         help="Add rnnkit's layer with jit_compile=False (PyTorch backend: "
         "use_cudnn=False, its own loop) on a line under each row.",
     )
+    parser.add_argument(
+        "--unsharded",
+        action="store_true",
+        help="Add rnnkit's layer with batch_shards=1 (one loop for the whole "
+        "batch) on a line under each row.",
+    )
     args = parser.parse_args()
     if args.torch:
         import torch
@@ -217,7 +235,7 @@ def main():
                 args.rounds,
                 args.steps_per_round,
                 args.torch,
-                args.uncompiled,
+                variants(args),
             )
             train = rates["rnnkit", "train"] / rates["keras", "train"]
             infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
@@ -239,14 +257,14 @@ def main():
                     f"{rates['rnnkit', 'infer'] / rates['torch', 'infer']:>5.2f}x"
                 )
             print(line, flush=True)
-            if args.uncompiled:
-                label = ", ".join(f"{k}={v}" for k, v in without_fusion().items())
+            for name, options in variants(args):
+                label = ", ".join(f"{k}={v}" for k, v in options.items())
                 print(
                     f"{'  ' + label:18}| "
-                    f"{rates['uncompiled', 'train']:>18.1f} {'':>8} "
-                    f"{rates['uncompiled', 'train'] / rates['keras', 'train']:>5.2f}x "
-                    f"{'':>8} {'':>7} | {rates['uncompiled', 'infer']:>18.1f} {'':>8} "
-                    f"{rates['uncompiled', 'infer'] / rates['keras', 'infer']:>5.2f}x",
+                    f"{rates[name, 'train']:>18.1f} {'':>8} "
+                    f"{rates[name, 'train'] / rates['keras', 'train']:>5.2f}x "
+                    f"{'':>8} {'':>7} | {rates[name, 'infer']:>18.1f} {'':>8} "
+                    f"{rates[name, 'infer'] / rates['keras', 'infer']:>5.2f}x",
                     flush=True,
                 )
             path_notes.update(paths.items())

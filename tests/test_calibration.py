@@ -149,17 +149,24 @@ def test_an_unreadable_cache_warns_once_and_the_defaults_decide():
     # A file of the wrong structure is as unreadable as broken JSON.
     path.write_text(
         json.dumps(
-            {"format": 1, "machines": {"x": {"measurements": [{"cell": "GRUCell"}]}}}
+            {
+                "format": calibration._FORMAT,
+                "machines": {"x": {"measurements": [{"cell": "GRUCell"}]}},
+            }
         )
     )
     with pytest.raises(calibration.CalibrationError, match="unreadable"):
+        calibration.measurements()
+    # Measured when the layers ran the whole batch in one loop: not used.
+    path.write_text(json.dumps({"format": 1, "machines": {}}))
+    with pytest.raises(calibration.CalibrationError, match="one loop per core"):
         calibration.measurements()
     # So is a measurement with a field of the wrong type.
     item = dataclasses.asdict(measured(LSTM, "inference", 6, 8, True))
     path.write_text(
         json.dumps(
             {
-                "format": 1,
+                "format": calibration._FORMAT,
                 "machines": {
                     calibration.machine_key(): {
                         "measurements": [{**item, "units": "8"}]

@@ -27,6 +27,7 @@ steps instead of one small matmul and one accumulation per step and weight.
 from __future__ import annotations
 
 import functools
+import os
 
 import keras
 from keras import ops
@@ -37,6 +38,11 @@ from rnnkit._keras_private import DropoutRNNCell
 from rnnkit._keras_private import backend as keras_backend
 
 STATE_DTYPE = "float32"
+
+# With `batch_shards=None`, a shard gets at least this many rows: measured on a 2-core
+# AMD EPYC, batches of 16 (two shards of 8) still trained 1.26x (GRU) and 1.07-1.53x
+# (LSTM) as fast in two shards (`benchmarks/recurrent.py --shards`).
+MIN_SHARD_ROWS = 8
 
 
 def _check_rate(name: str, value: float) -> float:
@@ -242,12 +248,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 reasons.append(f"{name}={_activation_name(getattr(self, name))}")
         return reasons
 
-    def xla_pays(self, training: bool) -> bool:
+    def xla_pays(self, training: bool, sharded: bool = False) -> bool:
         """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
         for a training (or an inference) call on a CPU where `rnnkit calibrate` has
         not measured it (`rnnkit.layers.calibration`): where it was measured to be
-        faster than TensorFlow's plain loop on one CPU (`benchmarks/xla_loops.py`).
-        By default it does."""
+        faster than TensorFlow's plain loop on one CPU (`benchmarks/xla_loops.py`),
+        with the batch in one loop or, `sharded`, in one loop per core
+        (`batch_shards`). By default it does."""
         return True
 
     def loop_weights(self):
@@ -334,6 +341,51 @@ def _run_loop(
     )
 
 
+def _inter_op_threads() -> int:
+    """The threads TensorFlow runs independent operations on at once: its inter-op
+    pool, by default one per core this process may use."""
+    import tensorflow as tf
+
+    threads = tf.config.threading.get_inter_op_parallelism_threads()
+    if threads > 0:
+        return threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _run_sharded(run, shards, batch_major):
+    """`run(sequences, initial_state, mask, input_mask, recurrent_mask)` on `shards`
+    consecutive slices of the batch, as independent loops (TensorFlow runs them at
+    once, one per inter-op thread), joined again: (last output, outputs, states) as
+    for the whole batch. Slices differ in size by at most one row."""
+    import tensorflow as tf
+
+    sequences = batch_major[0]
+    batch = sequences.shape[0]
+    if batch is not None:
+        sizes = [batch // shards + (i < batch % shards) for i in range(shards)]
+    else:
+        batch = tf.shape(sequences)[0]
+        sizes = tf.stack([(batch + shards - 1 - i) // shards for i in range(shards)])
+
+    def split(tensor):
+        if tensor is None:
+            return [None] * shards
+        if isinstance(tensor, (list, tuple)):  # the initial states
+            return [list(states) for states in zip(*map(split, tensor), strict=True)]
+        return tf.split(tensor, sizes, axis=0)
+
+    results = [run(*pieces) for pieces in zip(*map(split, batch_major), strict=True)]
+    last, outputs, states = zip(*results, strict=True)
+    return (
+        tf.concat(last, axis=0),
+        tf.concat(outputs, axis=0),
+        [tf.concat(state, axis=0) for state in zip(*states, strict=True)],
+    )
+
+
 class RecurrentLayer(keras.layers.RNN):
     """A `keras.layers.RNN` whose time loop feeds a cell its pre-split weights.
 
@@ -356,6 +408,7 @@ class RecurrentLayer(keras.layers.RNN):
         unroll=False,
         use_cudnn="auto",
         jit_compile=None,
+        batch_shards=None,
         **kwargs,
     ):
         if use_cudnn not in ("auto", True, False):
@@ -367,6 +420,15 @@ class RecurrentLayer(keras.layers.RNN):
             raise ValueError(
                 "Argument `jit_compile` must be None, True or False, "
                 f"received jit_compile={jit_compile!r}."
+            )
+        if batch_shards is not None and (
+            isinstance(batch_shards, bool)
+            or not isinstance(batch_shards, int)
+            or batch_shards < 1
+        ):
+            raise ValueError(
+                "Argument `batch_shards` must be None or a positive integer (1: "
+                f"never split the batch), received batch_shards={batch_shards!r}."
             )
         super().__init__(
             cell,
@@ -380,6 +442,7 @@ class RecurrentLayer(keras.layers.RNN):
         self.input_spec = keras.layers.InputSpec(ndim=3)
         self.use_cudnn = use_cudnn
         self.jit_compile = jit_compile
+        self.batch_shards = batch_shards
         self.execution_path = "not run yet"
         if keras.backend.backend() == "tensorflow":
             # The cuDNN kernel cannot be compiled by XLA (as for keras.layers.LSTM);
@@ -529,19 +592,25 @@ class RecurrentLayer(keras.layers.RNN):
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
-        compiled, error = self._use_xla(sequences, training, hand_written)
-        path = "generic loop" + (", XLA-compiled" if compiled else "") + bptt
+        shards = self._shards_for(sequences)
+        compiled, error = self._use_xla(sequences, training, hand_written, shards > 1)
+        path = (
+            "generic loop"
+            + (", XLA-compiled" if compiled else "")
+            + bptt
+            + (f", batch in {shards} shards side by side" if shards > 1 else "")
+        )
 
         def generic_loop():
             if error:  # raised only when the generic loop runs (not for cuDNN)
                 raise ValueError(error)
             return self._generic_loop(
-                sequences, initial_state, mask, training, hand_written, compiled
+                sequences, initial_state, mask, training, hand_written, compiled, shards
             )
 
         return path, generic_loop
 
-    def _use_xla(self, sequences, training, hand_written):
+    def _use_xla(self, sequences, training, hand_written, sharded=False):
         """(Whether the generic loop runs XLA-compiled, and the error message when
         `jit_compile=True` cannot be honoured); see `jit_compile`."""
         from rnnkit.layers import _xla
@@ -587,8 +656,35 @@ class RecurrentLayer(keras.layers.RNN):
             self.cell, bool(training), sequences.shape[1], sequences.shape[0]
         )
         if measured is None:
-            return self.cell.xla_pays(bool(training)), None
+            return self.cell.xla_pays(bool(training), sharded), None
         return measured, None
+
+    def _shards_for(self, sequences):
+        """How many shards of the batch the generic loop runs side by side, each
+        its own loop (1: the whole batch in one); see `batch_shards`."""
+        if keras.backend.backend() != "tensorflow" or self.unroll:
+            return 1
+        import tensorflow as tf
+
+        batch = sequences.shape[0]
+        if self.batch_shards is not None:
+            shards = self.batch_shards
+        else:
+            # Only a traced call runs its shards at once (eagerly they run one after
+            # the other), only on a CPU (a GPU runs one loop's kernels in parallel
+            # already), and only for a batch size known when traced: a shard per
+            # thread of TensorFlow's inter-op pool (one per core by default), each
+            # of at least MIN_SHARD_ROWS rows.
+            if (
+                batch is None
+                or tf.executing_eagerly()
+                or tf.config.list_logical_devices("GPU")
+            ):
+                return 1
+            shards = min(_inter_op_threads(), batch // MIN_SHARD_ROWS)
+        if batch is not None:
+            shards = min(shards, batch)
+        return max(shards, 1)
 
     def _cudnn_or_generic_per_batch(
         self, sequences, initial_state, mask, training, generic_path, generic_loop
@@ -630,6 +726,7 @@ class RecurrentLayer(keras.layers.RNN):
         training,
         hand_written=False,
         compiled=False,
+        shards=1,
     ):
         cell = self.cell
         # Split the weights and draw the dropout masks once per sequence, outside the
@@ -642,22 +739,34 @@ class RecurrentLayer(keras.layers.RNN):
         sequences = cell.augment_inputs(sequences)  # [x_t, 1], once per sequence
         initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
         if hand_written:
-            return self._hand_written_bptt_loop(
-                sequences, initial_state, mask, input_mask, compiled
-            )
-        weights = cell.loop_weights()
-        if compiled:
-            return self._compiled_loop(sequences, initial_state, mask, weights)
-        return _run_loop(
-            cell,
-            self._loop_options(),
-            sequences,
-            initial_state,
-            mask,
-            weights,
-            input_mask,
-            recurrent_mask,
-        )
+            weights = cell.bptt_weights()
+
+            def run(sequences, initial_state, mask, input_mask, recurrent_mask):
+                return self._hand_written_bptt_loop(
+                    sequences, initial_state, mask, input_mask, weights, compiled
+                )
+
+        else:
+            weights = cell.loop_weights()
+
+            def run(sequences, initial_state, mask, input_mask, recurrent_mask):
+                if compiled:
+                    return self._compiled_loop(sequences, initial_state, mask, weights)
+                return _run_loop(
+                    cell,
+                    self._loop_options(),
+                    sequences,
+                    initial_state,
+                    mask,
+                    weights,
+                    input_mask,
+                    recurrent_mask,
+                )
+
+        batch_major = (sequences, initial_state, mask, input_mask, recurrent_mask)
+        if shards == 1:
+            return run(*batch_major)
+        return _run_sharded(run, shards, batch_major)
 
     def _loop_options(self):
         return (
@@ -728,7 +837,7 @@ class RecurrentLayer(keras.layers.RNN):
         return results[0], results[1], list(results[2:])
 
     def _hand_written_bptt_loop(
-        self, sequences, initial_state, mask, input_mask, compiled=False
+        self, sequences, initial_state, mask, input_mask, weights, compiled=False
     ):
         """`_generic_loop` with the backward pass of `_bptt.run`; returns what
         `keras_backend.rnn` returns, with the same masking semantics."""
@@ -747,7 +856,7 @@ class RecurrentLayer(keras.layers.RNN):
             inputs,
             mask,
             initial_state,
-            self.cell.bptt_weights(),
+            weights,
             all_steps=self.return_sequences,
             jit_compile=compiled,
         )
@@ -785,6 +894,7 @@ class RecurrentLayer(keras.layers.RNN):
             **cell_config,
             "use_cudnn": self.use_cudnn,
             "jit_compile": self.jit_compile,
+            "batch_shards": self.batch_shards,
         }
 
     @classmethod

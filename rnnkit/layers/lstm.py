@@ -138,15 +138,18 @@ class LSTMCell(RecurrentCell):
             )
         ]
 
-    def xla_pays(self, training):
-        """Never: `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC, batch 64,
-        input 64, 15 interleaved rounds) measured XLA against the plain loop at
-        +1% and 0% in training (100 steps x 256 units, 200 x 512; +5% and -2% in an
-        earlier run, +11% once at 100 x 384) and -12% and -4% in inference.
-        TensorFlow runs the four gate matmuls of a step side by side on the two
-        cores, which XLA's CPU loop does not; that outweighs what XLA's fusion of
-        the element-wise work saves. `jit_compile=True` still compiles."""
-        return False
+    def xla_pays(self, training, sharded=False):
+        """Where the batch is split into one loop per core (`batch_shards`), in
+        training and inference; else never. `benchmarks/xla_loops.py` (2-core
+        AVX-512 AMD EPYC, batch 64, input 64, 9 interleaved rounds), XLA against
+        the plain loop, each in two shards: training +14% (100 steps x 256 units)
+        and +9% (200 x 512), inference +6% and +10%, and +45% / +25% at 100 x 64.
+        In one loop (15 rounds): +1% and 0% in training, -12% and -4% in
+        inference. One plain loop runs the four gate matmuls of a step side by
+        side on the two cores, which XLA's CPU loop does not; once each core runs
+        a loop of its own, that no longer counts and XLA's fusion of the
+        element-wise work does. `jit_compile=True` always compiles."""
+        return sharded
 
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one
@@ -336,6 +339,16 @@ class LSTM(RecurrentLayer):
             faster, which for the LSTM is nowhere (`LSTMCell.xla_pays`); True:
             always (an error where it cannot be); False: never.
             `execution_path` says "XLA-compiled" when it is.
+        batch_shards: None (default) or a positive integer. On TensorFlow, run the
+            generic loop as this many independent loops over consecutive slices of
+            the batch, which TensorFlow runs at once, one per inter-op thread: a
+            loop of small matmuls and element-wise steps keeps one core busy better
+            than it splits each small operation over all of them. None: one shard
+            per core (TensorFlow's inter-op threads) of at least 8 rows each, in a
+            traced call on a CPU with a batch size known when traced; 1: never.
+            The result is the same as in one loop; `execution_path` says "batch in
+            N shards side by side" when it is split. No effect on the fused kernels,
+            or on JAX and PyTorch, whose CPU runtimes run one operation at a time.
 
     Call arguments:
         sequences: (batch, time, features).
@@ -387,6 +400,7 @@ class LSTM(RecurrentLayer):
         unroll=False,
         use_cudnn="auto",
         jit_compile=None,
+        batch_shards=None,
         **kwargs,
     ):
         cell = LSTMCell(
@@ -420,6 +434,7 @@ class LSTM(RecurrentLayer):
             unroll=unroll,
             use_cudnn=use_cudnn,
             jit_compile=jit_compile,
+            batch_shards=batch_shards,
             activity_regularizer=activity_regularizer,
             **kwargs,
         )

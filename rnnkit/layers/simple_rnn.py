@@ -68,13 +68,15 @@ class SimpleRNNCell(RecurrentCell):
         bias = self._split_gates(self.bias)[0] if self.use_bias else None
         return self._with_bias_row(kernel, bias), recurrent_kernel
 
-    def xla_pays(self, training):
-        """Inference only. `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC,
-        batch 64, input 64, 15 interleaved rounds), XLA against the plain loop:
-        inference +3% (100 steps x 256 units) and +3% (200 x 512), +21% and +11%
-        in earlier runs at 100 x 256; training -6% and +5% (its one matmul and one
-        tanh per step leave XLA little to fuse)."""
-        return not training
+    def xla_pays(self, training, sharded=False):
+        """Inference, and training where the batch is split into one loop per
+        core (`batch_shards`). `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC,
+        batch 64, input 64), XLA against the plain loop, in two shards (9 rounds):
+        training +9% (100 steps x 256 units) and +4% (200 x 512), +52% at
+        100 x 64; inference +7%, -2% and +57%. In one loop (15 rounds): inference
+        +3% and +3% (+21% and +11% in earlier runs), training -6% and +5% (its
+        one matmul and one tanh per step leave XLA little to fuse)."""
+        return sharded or not training
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
         """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
@@ -158,6 +160,16 @@ class SimpleRNN(RecurrentLayer):
             `predict`, `tf.function`), for a static number of steps (XLA compiles
             once per input shape); True: always (an error where it cannot be);
             False: never. `execution_path` says "XLA-compiled" when it is.
+        batch_shards: None (default) or a positive integer. On TensorFlow, run the
+            generic loop as this many independent loops over consecutive slices of
+            the batch, which TensorFlow runs at once, one per inter-op thread: a
+            loop of small matmuls and element-wise steps keeps one core busy better
+            than it splits each small operation over all of them. None: one shard
+            per core (TensorFlow's inter-op threads) of at least 8 rows each, in a
+            traced call on a CPU with a batch size known when traced; 1: never.
+            The result is the same as in one loop; `execution_path` says "batch in
+            N shards side by side" when it is split. No effect on the fused kernels,
+            or on JAX and PyTorch, whose CPU runtimes run one operation at a time.
 
     Call arguments:
         sequences: (batch, time, features).
@@ -201,6 +213,7 @@ class SimpleRNN(RecurrentLayer):
         stateful=False,
         unroll=False,
         jit_compile=None,
+        batch_shards=None,
         **kwargs,
     ):
         kwargs.pop("use_cudnn", None)
@@ -233,6 +246,7 @@ class SimpleRNN(RecurrentLayer):
             unroll=unroll,
             use_cudnn="auto",  # not an argument of SimpleRNN (nor of Keras')
             jit_compile=jit_compile,
+            batch_shards=batch_shards,
             activity_regularizer=activity_regularizer,
             **kwargs,
         )

@@ -113,10 +113,31 @@ def test_default_compiles_where_it_pays_in_traced_calls_of_static_length(
         checks.assert_close(checks.as_list(outputs)[0], expected[0])
 
 
-def test_gru_compiles_both_simple_rnn_inference_lstm_neither():
+def test_in_one_loop_gru_compiles_both_simple_rnn_inference_lstm_neither():
     assert GRU(512).cell.xla_pays(True) and GRU(8).cell.xla_pays(False)
     assert SimpleRNN(8).cell.xla_pays(False) and not SimpleRNN(8).cell.xla_pays(True)
     assert not LSTM(64).cell.xla_pays(True) and not LSTM(64).cell.xla_pays(False)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("training", [True, False])
+def test_in_one_loop_per_core_every_layer_compiles(name, training):
+    layer_cls, _ = LAYERS[name]
+    assert layer_cls(8).cell.xla_pays(training, sharded=True)
+
+
+@TF_ONLY
+def test_a_sharded_lstm_compiles_by_default(monkeypatch):
+    import tensorflow as tf
+
+    from rnnkit.layers import _rnn_base
+
+    monkeypatch.setattr(_rnn_base, "_inter_op_threads", lambda: 2)
+    layer = LSTM(checks.UNITS)
+    tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=16))
+    assert XLA in layer.execution_path and "2 shards" in layer.execution_path
+    tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=8))
+    assert XLA not in layer.execution_path and "shards" not in layer.execution_path
 
 
 @TF_ONLY
