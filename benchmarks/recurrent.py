@@ -18,14 +18,14 @@ as a third column, interleaved in the same rounds. `--uncompiled` adds rnnkit's 
 with `jit_compile=False` (the plain TensorFlow loop, as for a sequence length that
 is not static; on the PyTorch backend `use_cudnn=False`, the layer's own loop instead
 of PyTorch's kernel) on a line of its own under each row, interleaved in the same
-rounds; `--unsharded` likewise adds it with `batch_shards=1` (the whole batch in one
-loop, not one loop per core).
+rounds; `--shards 1,4` likewise adds it with `batch_shards=1` (the whole batch in
+one loop, not one loop per core) and with 4.
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
     python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
-    python benchmarks/recurrent.py --unsharded     # and rnnkit in one loop
+    python benchmarks/recurrent.py --shards 1      # and rnnkit in one loop
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -127,8 +127,8 @@ def variants(args):
     chosen = []
     if args.uncompiled:
         chosen.append(("uncompiled", without_fusion()))
-    if args.unsharded:
-        chosen.append(("unsharded", {"batch_shards": 1}))
+    for count in args.shards:
+        chosen.append((f"shards={count}", {"batch_shards": count}))
     return chosen
 
 
@@ -197,10 +197,11 @@ def main():
         "use_cudnn=False, its own loop) on a line under each row.",
     )
     parser.add_argument(
-        "--unsharded",
-        action="store_true",
-        help="Add rnnkit's layer with batch_shards=1 (one loop for the whole "
-        "batch) on a line under each row.",
+        "--shards",
+        type=lambda text: [int(count) for count in text.split(",")],
+        default=[],
+        help="Comma-separated counts: add rnnkit's layer with batch_shards=N (1: "
+        "one loop for the whole batch) on a line under each row for each.",
     )
     args = parser.parse_args()
     if args.torch:

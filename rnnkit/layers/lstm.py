@@ -336,7 +336,10 @@ class LSTM(RecurrentLayer):
             Default: `"auto"`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
-            faster, which for the LSTM is nowhere (`LSTMCell.xla_pays`); True:
+            faster, by `rnnkit calibrate` on this machine, else on one CPU (for
+            the LSTM: where the batch is split into one loop per core,
+            `LSTMCell.xla_pays`), on a CPU, inside a traced function (`fit`,
+            `predict`, `tf.function`), for a static number of steps; True:
             always (an error where it cannot be); False: never.
             `execution_path` says "XLA-compiled" when it is.
         batch_shards: None (default) or a positive integer. On TensorFlow, run the

@@ -156,7 +156,8 @@ class SimpleRNN(RecurrentLayer):
         unroll: Unroll the loop (short sequences only). Default: `False`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where it was measured to be faster
-            (inference; `cell.xla_pays`), on a CPU, inside a traced function (`fit`,
+            (inference, and training where the batch is split into one loop per
+            core; `cell.xla_pays`), on a CPU, inside a traced function (`fit`,
             `predict`, `tf.function`), for a static number of steps (XLA compiles
             once per input shape); True: always (an error where it cannot be);
             False: never. `execution_path` says "XLA-compiled" when it is.
