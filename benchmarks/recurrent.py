@@ -19,7 +19,8 @@ with `jit_compile=False` (the plain TensorFlow loop, as for a sequence length th
 is not static; on the PyTorch backend `use_cudnn=False`, the layer's own loop instead
 of PyTorch's kernel) on a line of its own under each row, interleaved in the same
 rounds; `--shards 1,4` likewise adds it with `batch_shards=1` (the whole batch in
-one loop, not one loop per core) and with 4.
+one loop, not one loop per core) and with 4. `--bidirectional` wraps every layer in
+`keras.layers.Bidirectional`.
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
@@ -99,7 +100,9 @@ def torch_model(family, units):
     return train, infer
 
 
-def build(layer):
+def build(layer, bidirectional=False):
+    if bidirectional:
+        layer = keras.layers.Bidirectional(layer)
     model = keras.Sequential(
         [keras.Input((None, FEATURES)), layer, keras.layers.Dense(1)]
     )
@@ -132,18 +135,31 @@ def variants(args):
     return chosen
 
 
+def recurrent_layer(model):
+    """The model's recurrent layer (the forward one of a Bidirectional)."""
+    layer = model.layers[0]
+    return getattr(layer, "forward_layer", layer)
+
+
 def run_config(
-    family, steps_in_time, units, rounds, steps_per_round, with_torch, extra=()
+    family,
+    steps_in_time,
+    units,
+    rounds,
+    steps_per_round,
+    with_torch,
+    extra=(),
+    bidirectional=False,
 ):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
     y = rng.standard_normal((BATCH, 1), dtype=np.float32)
-    builtin = build(getattr(keras.layers, family)(units))
-    ours = build(getattr(rnnkit.layers, family)(units))
+    builtin = build(getattr(keras.layers, family)(units), bidirectional)
+    ours = build(getattr(rnnkit.layers, family)(units), bidirectional)
     ours.set_weights(builtin.get_weights())
     models = [("rnnkit", ours), ("keras", builtin)]
     for label, options in extra:
-        variant = build(getattr(rnnkit.layers, family)(units, **options))
+        variant = build(getattr(rnnkit.layers, family)(units, **options), bidirectional)
         variant.set_weights(builtin.get_weights())
         models.append((label, variant))
     # name -> (training step, inference step)
@@ -166,10 +182,10 @@ def run_config(
     for name, (train_step, infer_step) in steps.items():
         first_calls[name, "train"] = time_call(train_step, 1)
         if name == "rnnkit":
-            paths["training"] = ours.layers[0].execution_path
+            paths["training"] = recurrent_layer(ours).execution_path
         first_calls[name, "infer"] = time_call(infer_step, 1)
         if name == "rnnkit":
-            paths["inference"] = ours.layers[0].execution_path
+            paths["inference"] = recurrent_layer(ours).execution_path
     timings = {(name, kind): [] for name in steps for kind in ("train", "infer")}
     for _ in range(rounds):
         for name, (train_step, infer_step) in steps.items():
@@ -197,6 +213,11 @@ def main():
         "use_cudnn=False, its own loop) on a line under each row.",
     )
     parser.add_argument(
+        "--bidirectional",
+        action="store_true",
+        help="Wrap every layer in keras.layers.Bidirectional (not with --torch).",
+    )
+    parser.add_argument(
         "--shards",
         type=lambda text: [int(count) for count in text.split(",")],
         default=[],
@@ -204,6 +225,8 @@ def main():
         "one loop for the whole batch) on a line under each row for each.",
     )
     args = parser.parse_args()
+    if args.bidirectional and args.torch:
+        parser.error("--bidirectional compares Keras models only: drop --torch")
     if args.torch:
         import torch
 
@@ -237,12 +260,15 @@ def main():
                 args.steps_per_round,
                 args.torch,
                 variants(args),
+                args.bidirectional,
             )
             train = rates["rnnkit", "train"] / rates["keras", "train"]
             infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
             gflops = training_gflop(family, steps_in_time, units) * (
                 rates["rnnkit", "train"] / BATCH
             )
+            if args.bidirectional:
+                gflops *= 2
             line = (
                 f"{family:5} {steps_in_time:>4} {units:>6} | "
                 f"{rates['rnnkit', 'train']:>18.1f} {rates['keras', 'train']:>8.1f} "

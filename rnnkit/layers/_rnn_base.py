@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import keras
 from keras import ops
@@ -43,6 +44,9 @@ STATE_DTYPE = "float32"
 # AMD EPYC, batches of 16 (two shards of 8) still trained 1.26x (GRU) and 1.07-1.53x
 # (LSTM) as fast in two shards (`benchmarks/recurrent.py --shards`).
 MIN_SHARD_ROWS = 8
+# How far up the calling frames `_directions` looks for a Bidirectional: from its
+# `call` to the layer's `_shards_for` there are 10 on TensorFlow.
+_FRAMES_TO_BIDIRECTIONAL = 40
 
 
 def _check_rate(name: str, value: float) -> float:
@@ -248,13 +252,14 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 reasons.append(f"{name}={_activation_name(getattr(self, name))}")
         return reasons
 
-    def xla_pays(self, training: bool, sharded: bool = False) -> bool:
+    def xla_pays(self, training: bool, side_by_side: bool = False) -> bool:
         """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
         for a training (or an inference) call on a CPU where `rnnkit calibrate` has
         not measured it (`rnnkit.layers.calibration`): where it was measured to be
         faster than TensorFlow's plain loop on one CPU (`benchmarks/xla_loops.py`),
-        with the batch in one loop or, `sharded`, in one loop per core
-        (`batch_shards`). By default it does."""
+        for a loop alone or, `side_by_side`, one that runs beside others (the batch
+        in one loop per core, `batch_shards`, or one direction of a
+        `keras.layers.Bidirectional`). By default it does."""
         return True
 
     def loop_weights(self):
@@ -592,8 +597,10 @@ class RecurrentLayer(keras.layers.RNN):
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
-        shards = self._shards_for(sequences)
-        compiled, error = self._use_xla(sequences, training, hand_written, shards > 1)
+        shards, directions = self._shards_for(sequences)
+        compiled, error = self._use_xla(
+            sequences, training, hand_written, shards > 1 or directions > 1
+        )
         path = (
             "generic loop"
             + (", XLA-compiled" if compiled else "")
@@ -610,7 +617,7 @@ class RecurrentLayer(keras.layers.RNN):
 
         return path, generic_loop
 
-    def _use_xla(self, sequences, training, hand_written, sharded=False):
+    def _use_xla(self, sequences, training, hand_written, side_by_side=False):
         """(Whether the generic loop runs XLA-compiled, and the error message when
         `jit_compile=True` cannot be honoured); see `jit_compile`."""
         from rnnkit.layers import _xla
@@ -656,35 +663,56 @@ class RecurrentLayer(keras.layers.RNN):
             self.cell, bool(training), sequences.shape[1], sequences.shape[0]
         )
         if measured is None:
-            return self.cell.xla_pays(bool(training), sharded), None
+            return self.cell.xla_pays(bool(training), side_by_side), None
         return measured, None
 
     def _shards_for(self, sequences):
-        """How many shards of the batch the generic loop runs side by side, each
-        its own loop (1: the whole batch in one); see `batch_shards`."""
+        """(How many shards of the batch the generic loop runs side by side, each
+        its own loop (1: the whole batch in one), and how many loops run beside
+        one another without them: 2 for a direction of a `Bidirectional`, else
+        1); see `batch_shards`."""
         if keras.backend.backend() != "tensorflow" or self.unroll:
-            return 1
+            return 1, 1
         import tensorflow as tf
 
         batch = sequences.shape[0]
+        directions = self._directions()
         if self.batch_shards is not None:
             shards = self.batch_shards
         else:
             # Only a traced call runs its shards at once (eagerly they run one after
             # the other), only on a CPU (a GPU runs one loop's kernels in parallel
-            # already), and only for a batch size known when traced: a shard per
+            # already), and only for a batch size known when traced: one loop per
             # thread of TensorFlow's inter-op pool (one per core by default), each
-            # of at least MIN_SHARD_ROWS rows.
+            # of at least MIN_SHARD_ROWS rows. The two directions of a
+            # Bidirectional run side by side already: they share the threads.
             if (
                 batch is None
                 or tf.executing_eagerly()
                 or tf.config.list_logical_devices("GPU")
             ):
-                return 1
-            shards = min(_inter_op_threads(), batch // MIN_SHARD_ROWS)
+                return 1, directions
+            shards = min(_inter_op_threads() // directions, batch // MIN_SHARD_ROWS)
         if batch is not None:
             shards = min(shards, batch)
-        return max(shards, 1)
+        return max(shards, 1), directions
+
+    def _directions(self):
+        """2 when this layer is called as one direction of a
+        `keras.layers.Bidirectional` (whose two loops TensorFlow runs side by
+        side), else 1. Read from the calling frames, once per trace."""
+        frame = sys._getframe(1)
+        for _ in range(_FRAMES_TO_BIDIRECTIONAL):
+            if frame is None:
+                break
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, keras.layers.Bidirectional) and self in (
+                owner.forward_layer,
+                owner.backward_layer,
+            ):
+                return 2
+            frame = frame.f_back
+        return 1
 
     def _cudnn_or_generic_per_batch(
         self, sequences, initial_state, mask, training, generic_path, generic_loop

@@ -167,7 +167,7 @@ class GRUCell(RecurrentCell):
     bptt_num_saved = 3  # z_t, the factors of [z' r' n'] and of [z' r' n' r_t]
     bptt_num_emitted = 2  # G_x = [z' r' n'], G_h = [z' r' n' r_t]
 
-    def xla_pays(self, training, sharded=False):
+    def xla_pays(self, training, side_by_side=False):
         """Training and inference. `benchmarks/xla_loops.py` (2-core AVX-512 AMD
         EPYC, batch 64, input 64, 15 interleaved rounds), XLA against the plain
         loop: training +15% (100 steps x 256 units) and +8% (200 x 512), inference
@@ -305,11 +305,14 @@ class GRU(RecurrentLayer):
             the batch, which TensorFlow runs at once, one per inter-op thread: a
             loop of small matmuls and element-wise steps keeps one core busy better
             than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads) of at least 8 rows each, in a
-            traced call on a CPU with a batch size known when traced; 1: never.
+            per core (TensorFlow's inter-op threads; half as many for each
+            direction of a `Bidirectional`, whose two loops run side by side
+            already) of at least 8 rows each, in a traced call on a CPU with a
+            batch size known when traced; 1: never.
             The result is the same as in one loop; `execution_path` says "batch in
             N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, whose CPU runtimes run one operation at a time.
+            or on JAX and PyTorch, where two loops run one after the other (measured
+            slower there).
 
     Call arguments:
         sequences: (batch, time, features).

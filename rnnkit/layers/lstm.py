@@ -138,18 +138,20 @@ class LSTMCell(RecurrentCell):
             )
         ]
 
-    def xla_pays(self, training, sharded=False):
-        """Where the batch is split into one loop per core (`batch_shards`), in
-        training and inference; else never. `benchmarks/xla_loops.py` (2-core
-        AVX-512 AMD EPYC, batch 64, input 64, 9 interleaved rounds), XLA against
-        the plain loop, each in two shards: training +14% (100 steps x 256 units)
-        and +9% (200 x 512), inference +6% and +10%, and +45% / +25% at 100 x 64.
-        In one loop (15 rounds): +1% and 0% in training, -12% and -4% in
-        inference. One plain loop runs the four gate matmuls of a step side by
-        side on the two cores, which XLA's CPU loop does not; once each core runs
-        a loop of its own, that no longer counts and XLA's fusion of the
-        element-wise work does. `jit_compile=True` always compiles."""
-        return sharded
+    def xla_pays(self, training, side_by_side=False):
+        """Where the loop runs beside others (the batch split into one loop per
+        core, `batch_shards`, or one direction of a `Bidirectional`), in training
+        and inference; else never. `benchmarks/xla_loops.py` (2-core AVX-512 AMD
+        EPYC, batch 64, input 64, 9 interleaved rounds), XLA against the plain
+        loop, each in two shards: training +14% (100 steps x 256 units) and +9%
+        (200 x 512), inference +6% and +10%, and +45% / +25% at 100 x 64; in a
+        `Bidirectional` (100 x 256, 7 rounds) +8% and +2%. In one loop alone (15
+        rounds): +1% and 0% in training, -12% and -4% in inference. One plain
+        loop runs the four gate matmuls of a step side by side on the two cores,
+        which XLA's CPU loop does not; once each core runs a loop of its own, that
+        no longer counts and XLA's fusion of the element-wise work does.
+        `jit_compile=True` always compiles."""
+        return side_by_side
 
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one
@@ -337,21 +339,25 @@ class LSTM(RecurrentLayer):
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where that was measured to be
             faster, by `rnnkit calibrate` on this machine, else on one CPU (for
-            the LSTM: where the batch is split into one loop per core,
-            `LSTMCell.xla_pays`), on a CPU, inside a traced function (`fit`,
-            `predict`, `tf.function`), for a static number of steps; True:
-            always (an error where it cannot be); False: never.
+            the LSTM: where its loop runs beside others, the batch split into one
+            loop per core or in a `Bidirectional`, `LSTMCell.xla_pays`), on a
+            CPU, inside a traced function (`fit`, `predict`, `tf.function`), for
+            a static number of steps; True: always (an error where it cannot be);
+            False: never.
             `execution_path` says "XLA-compiled" when it is.
         batch_shards: None (default) or a positive integer. On TensorFlow, run the
             generic loop as this many independent loops over consecutive slices of
             the batch, which TensorFlow runs at once, one per inter-op thread: a
             loop of small matmuls and element-wise steps keeps one core busy better
             than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads) of at least 8 rows each, in a
-            traced call on a CPU with a batch size known when traced; 1: never.
+            per core (TensorFlow's inter-op threads; half as many for each
+            direction of a `Bidirectional`, whose two loops run side by side
+            already) of at least 8 rows each, in a traced call on a CPU with a
+            batch size known when traced; 1: never.
             The result is the same as in one loop; `execution_path` says "batch in
             N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, whose CPU runtimes run one operation at a time.
+            or on JAX and PyTorch, where two loops run one after the other (measured
+            slower there).
 
     Call arguments:
         sequences: (batch, time, features).

@@ -68,15 +68,16 @@ class SimpleRNNCell(RecurrentCell):
         bias = self._split_gates(self.bias)[0] if self.use_bias else None
         return self._with_bias_row(kernel, bias), recurrent_kernel
 
-    def xla_pays(self, training, sharded=False):
-        """Inference, and training where the batch is split into one loop per
-        core (`batch_shards`). `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC,
-        batch 64, input 64), XLA against the plain loop, in two shards (9 rounds):
-        training +9% (100 steps x 256 units) and +4% (200 x 512), +52% at
-        100 x 64; inference +7%, -2% and +57%. In one loop (15 rounds): inference
-        +3% and +3% (+21% and +11% in earlier runs), training -6% and +5% (its
-        one matmul and one tanh per step leave XLA little to fuse)."""
-        return sharded or not training
+    def xla_pays(self, training, side_by_side=False):
+        """Inference, and training where the loop runs beside others (the batch
+        split into one loop per core, `batch_shards`, or in a `Bidirectional`).
+        `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC, batch 64, input 64),
+        XLA against the plain loop, in two shards (9 rounds): training +9% (100
+        steps x 256 units) and +4% (200 x 512), +52% at 100 x 64; inference +7%,
+        -2% and +57%. In one loop (15 rounds): inference +3% and +3% (+21% and
+        +11% in earlier runs), training -6% and +5% (its one matmul and one tanh
+        per step leave XLA little to fuse)."""
+        return side_by_side or not training
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
         """One step from `gate_weights()`; `inputs` = [x_t, 1] (`augment_inputs`),
@@ -156,8 +157,9 @@ class SimpleRNN(RecurrentLayer):
         unroll: Unroll the loop (short sequences only). Default: `False`.
         jit_compile: None (default), True or False. Whether the generic loop runs
             compiled by XLA on TensorFlow. None: where it was measured to be faster
-            (inference, and training where the batch is split into one loop per
-            core; `cell.xla_pays`), on a CPU, inside a traced function (`fit`,
+            (inference, and training where its loop runs beside others, the batch
+            split into one loop per core or in a `Bidirectional`;
+            `cell.xla_pays`), on a CPU, inside a traced function (`fit`,
             `predict`, `tf.function`), for a static number of steps (XLA compiles
             once per input shape); True: always (an error where it cannot be);
             False: never. `execution_path` says "XLA-compiled" when it is.
@@ -166,11 +168,14 @@ class SimpleRNN(RecurrentLayer):
             the batch, which TensorFlow runs at once, one per inter-op thread: a
             loop of small matmuls and element-wise steps keeps one core busy better
             than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads) of at least 8 rows each, in a
-            traced call on a CPU with a batch size known when traced; 1: never.
+            per core (TensorFlow's inter-op threads; half as many for each
+            direction of a `Bidirectional`, whose two loops run side by side
+            already) of at least 8 rows each, in a traced call on a CPU with a
+            batch size known when traced; 1: never.
             The result is the same as in one loop; `execution_path` says "batch in
             N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, whose CPU runtimes run one operation at a time.
+            or on JAX and PyTorch, where two loops run one after the other (measured
+            slower there).
 
     Call arguments:
         sequences: (batch, time, features).

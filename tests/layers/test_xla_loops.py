@@ -121,13 +121,13 @@ def test_in_one_loop_gru_compiles_both_simple_rnn_inference_lstm_neither():
 
 @pytest.mark.parametrize("name", LAYERS)
 @pytest.mark.parametrize("training", [True, False])
-def test_in_one_loop_per_core_every_layer_compiles(name, training):
+def test_beside_other_loops_every_layer_compiles(name, training):
     layer_cls, _ = LAYERS[name]
-    assert layer_cls(8).cell.xla_pays(training, sharded=True)
+    assert layer_cls(8).cell.xla_pays(training, side_by_side=True)
 
 
 @TF_ONLY
-def test_a_sharded_lstm_compiles_by_default(monkeypatch):
+def test_an_lstm_beside_other_loops_compiles_by_default(monkeypatch):
     import tensorflow as tf
 
     from rnnkit.layers import _rnn_base
@@ -138,6 +138,11 @@ def test_a_sharded_lstm_compiles_by_default(monkeypatch):
     assert XLA in layer.execution_path and "2 shards" in layer.execution_path
     tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=8))
     assert XLA not in layer.execution_path and "shards" not in layer.execution_path
+    # Each direction of a Bidirectional runs beside the other.
+    both = keras.layers.Bidirectional(LSTM(checks.UNITS))
+    tf.function(lambda x: both(x, training=True))(checks.random_inputs(1, batch=8))
+    for direction in (both.forward_layer, both.backward_layer):
+        assert XLA in direction.execution_path, direction.execution_path
 
 
 @TF_ONLY
