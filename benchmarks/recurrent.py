@@ -27,6 +27,7 @@ one loop, not one loop per core) and with 4. `--bidirectional` wraps every layer
     python benchmarks/recurrent.py --torch         # and torch.nn.LSTM/GRU beside them
     python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
     python benchmarks/recurrent.py --shards 1      # and rnnkit in one loop
+    python benchmarks/recurrent.py --batch 16 --shards 1   # at another batch size
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -196,6 +197,7 @@ def run_config(
 
 
 def main():
+    global BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default="LSTM,GRU")
     parser.add_argument(
@@ -213,6 +215,9 @@ def main():
         "use_cudnn=False, its own loop) on a line under each row.",
     )
     parser.add_argument(
+        "--batch", type=int, default=BATCH, help=f"Batch size (default {BATCH})."
+    )
+    parser.add_argument(
         "--bidirectional",
         action="store_true",
         help="Wrap every layer in keras.layers.Bidirectional (not with --torch).",
@@ -225,6 +230,7 @@ def main():
         "one loop for the whole batch) on a line under each row for each.",
     )
     args = parser.parse_args()
+    BATCH = args.batch
     if args.bidirectional and args.torch:
         parser.error("--bidirectional compares Keras models only: drop --torch")
     if args.torch:
