@@ -40,9 +40,10 @@ from rnnkit._keras_private import backend as keras_backend
 
 STATE_DTYPE = "float32"
 
-# With `batch_shards=None`, a shard gets at least this many rows: measured on a 2-core
-# AMD EPYC, batches of 16 (two shards of 8) still trained 1.26x (GRU) and 1.07-1.53x
-# (LSTM) as fast in two shards (`benchmarks/recurrent.py --shards`).
+# With `batch_shards=None`, a shard gets at least this many rows, the smallest measured:
+# on a 2-core AMD EPYC, batches of 16 in two shards of 8 trained 1.25x (GRU) and 1.61x
+# (LSTM) as fast as in one loop, and inferred 1.08x and 1.21x (100 steps x 256 units;
+# `benchmarks/recurrent.py --batch 16 --shards 1`).
 MIN_SHARD_ROWS = 8
 # How far up the calling frames `_directions` looks for a Bidirectional: from its
 # `call` to the layer's `_shards_for` there are 10 on TensorFlow.
