@@ -129,6 +129,20 @@ def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
     assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
 
 
+def assert_same_results(variables, results, expected):
+    """Two `outputs_and_gradients` results agree: outputs, the gradients of
+    `variables` (the layer's trainable ones, in order) and of the inputs."""
+    outputs, weight_grads, input_grad, _ = results
+    expected_outputs, expected_weight_grads, expected_input_grad, _ = expected
+    for k, (a, b) in enumerate(zip(outputs, expected_outputs, strict=True)):
+        assert_close(a, b, what=f"output {k}")
+    for variable, a, b in zip(
+        variables, weight_grads, expected_weight_grads, strict=True
+    ):
+        assert_close(a, b, what=f"gradient of {variable.path}")
+    assert_close(input_grad, expected_input_grad, what="gradient of inputs")
+
+
 def check_parity_with_keras(
     family: Family, options: dict, mask_kind=None, training=False
 ):
