@@ -361,6 +361,19 @@ def _inter_op_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _local_replicas() -> int:
+    """How many replicas of the `tf.distribute` strategy in scope run on this
+    machine (its worker's devices), side by side: 1 without a strategy."""
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return 1
+    try:
+        return max(1, len(tf.distribute.get_strategy().extended.worker_devices))
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError):
+        return 1
+
+
 def _run_sharded(run, shards, batch_major):
     """`run(sequences, initial_state, mask, input_mask, recurrent_mask)` on `shards`
     consecutive slices of the batch, as independent loops (TensorFlow runs them at
@@ -598,9 +611,9 @@ class RecurrentLayer(keras.layers.RNN):
                 if hand_written
                 else f", autodiff BPTT ({'; '.join(reasons)})"
             )
-        shards, directions = self._shards_for(sequences)
+        shards, beside = self._shards_for(sequences)
         compiled, error = self._use_xla(
-            sequences, training, hand_written, shards > 1 or directions > 1
+            sequences, training, hand_written, shards > 1 or beside > 1
         )
         path = (
             "generic loop"
@@ -669,15 +682,16 @@ class RecurrentLayer(keras.layers.RNN):
 
     def _shards_for(self, sequences):
         """(How many shards of the batch the generic loop runs side by side, each
-        its own loop (1: the whole batch in one), and how many loops run beside
-        one another without them: 2 for a direction of a `Bidirectional`, else
-        1); see `batch_shards`."""
+        its own loop (1: the whole batch in one), and how many copies of this loop
+        run side by side without them: the directions of a `Bidirectional` times
+        the replicas of a distribution strategy on this machine); see
+        `batch_shards`."""
         if keras.backend.backend() != "tensorflow" or self.unroll:
             return 1, 1
         import tensorflow as tf
 
         batch = sequences.shape[0]
-        directions = self._directions()
+        beside = self._directions() * _local_replicas()
         if self.batch_shards is not None:
             shards = self.batch_shards
         else:
@@ -686,17 +700,18 @@ class RecurrentLayer(keras.layers.RNN):
             # already), and only for a batch size known when traced: one loop per
             # thread of TensorFlow's inter-op pool (one per core by default), each
             # of at least MIN_SHARD_ROWS rows. The two directions of a
-            # Bidirectional run side by side already: they share the threads.
+            # Bidirectional, and the replicas of a strategy over this machine's
+            # CPUs, run side by side already: they share the threads.
             if (
                 batch is None
                 or tf.executing_eagerly()
                 or tf.config.list_logical_devices("GPU")
             ):
-                return 1, directions
-            shards = min(_inter_op_threads() // directions, batch // MIN_SHARD_ROWS)
+                return 1, beside
+            shards = min(_inter_op_threads() // beside, batch // MIN_SHARD_ROWS)
         if batch is not None:
             shards = min(shards, batch)
-        return max(shards, 1), directions
+        return max(shards, 1), beside
 
     def _directions(self):
         """2 when this layer is called as one direction of a

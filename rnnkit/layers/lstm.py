@@ -352,7 +352,8 @@ class LSTM(RecurrentLayer):
             than it splits each small operation over all of them. None: one shard
             per core (TensorFlow's inter-op threads; half as many for each
             direction of a `Bidirectional`, whose two loops run side by side
-            already) of at least 8 rows each, in a traced call on a CPU with a
+            already, and likewise per replica of a strategy over this machine's
+            CPUs) of at least 8 rows each, in a traced call on a CPU with a
             batch size known when traced; 1: never.
             The result is the same as in one loop; `execution_path` says "batch in
             N shards side by side" when it is split. No effect on the fused kernels,

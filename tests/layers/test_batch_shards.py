@@ -239,3 +239,41 @@ def test_other_backends_run_one_loop():
     x = checks.random_inputs(4, batch=BATCH)
     checks.assert_close(sharded(x), whole(x))
     assert _shards_named(sharded.execution_path) == 1, sharded.execution_path
+
+
+MIRRORED = """
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+)
+from rnnkit.layers import GRU, _rnn_base
+_rnn_base._inter_op_threads = lambda: 2
+x = tf.random.normal((32, 5, 3))
+for devices in (["/cpu:0", "/cpu:1"], ["/cpu:0"]):
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        layer = GRU(4)
+    strategy.run(tf.function(lambda x: layer(x)), (x,))
+    print(len(devices), layer.execution_path)
+"""
+
+
+@TF_ONLY
+def test_the_replicas_of_a_strategy_on_this_machine_share_the_threads():
+    """Two replicas over this machine's CPUs run two loops side by side already."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    paths = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert _shards_named(paths["2"]) == 1, paths["2"]
+    assert _shards_named(paths["1"]) == 2, paths["1"]
