@@ -129,6 +129,20 @@ def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
     assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
 
 
+def same_weights_pair(layer_cls, first, second, inputs, **options):
+    """`layer_cls(UNITS, **first, **options)` and the same with `second`, built on
+    `inputs`, with the same random weights (drawn in [-0.6, 0.6])."""
+    layers = [
+        layer_cls(UNITS, seed=2, **variant, **options) for variant in (first, second)
+    ]
+    for layer in layers:
+        layer(inputs)
+    for variable in layers[0].trainable_variables:
+        variable.assign(np.random.RandomState(6).uniform(-0.6, 0.6, variable.shape))
+    layers[1].set_weights(layers[0].get_weights())
+    return tuple(layers)
+
+
 def assert_same_results(variables, results, expected):
     """Two `outputs_and_gradients` results agree: outputs, the gradients of
     `variables` (the layer's trainable ones, in order) and of the inputs."""

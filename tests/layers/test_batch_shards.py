@@ -35,15 +35,13 @@ def _shards_named(path):
 def _pair(name, shards, **options):
     """The same layer with `batch_shards=shards` and with 1, with the same weights."""
     layer_cls, _ = LAYERS[name]
-    x = checks.random_inputs(11, batch=BATCH)
-    sharded = layer_cls(checks.UNITS, batch_shards=shards, seed=2, **options)
-    whole = layer_cls(checks.UNITS, batch_shards=1, seed=2, **options)
-    sharded(x)
-    whole(x)
-    for variable in sharded.trainable_variables:
-        variable.assign(np.random.RandomState(6).uniform(-0.6, 0.6, variable.shape))
-    whole.set_weights(sharded.get_weights())
-    return sharded, whole
+    return checks.same_weights_pair(
+        layer_cls,
+        {"batch_shards": shards},
+        {"batch_shards": 1},
+        checks.random_inputs(11, batch=BATCH),
+        **options,
+    )
 
 
 def _mask(kind, batch):

@@ -27,15 +27,13 @@ XLA = "XLA-compiled"
 def _pair(name, **options):
     """The same layer with jit_compile True and False, with the same weights."""
     layer_cls, _ = LAYERS[name]
-    x = checks.random_inputs(11)
-    compiled = layer_cls(checks.UNITS, jit_compile=True, seed=2, **options)
-    plain = layer_cls(checks.UNITS, jit_compile=False, seed=2, **options)
-    compiled(x)
-    plain(x)
-    for variable in compiled.trainable_variables:
-        variable.assign(np.random.RandomState(6).uniform(-0.6, 0.6, variable.shape))
-    plain.set_weights(compiled.get_weights())
-    return compiled, plain
+    return checks.same_weights_pair(
+        layer_cls,
+        {"jit_compile": True},
+        {"jit_compile": False},
+        checks.random_inputs(11),
+        **options,
+    )
 
 
 @TF_ONLY
