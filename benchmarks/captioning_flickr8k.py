@@ -80,7 +80,7 @@ def main() -> None:
 
 
 def train(recipe, config, runs_root: str):
-    from rnnkit import runner
+    from rnnkit.training import runner
 
     timer = epoch_timer()
     started = time.perf_counter()

@@ -68,7 +68,8 @@ def main() -> None:
     )
 
     from rnnkit import config as config_lib
-    from rnnkit import registry, runner
+    from rnnkit import registry
+    from rnnkit.training import runner
 
     if args.run:
         recipe, config, model = runner.load_run(Path(args.run), registry.load)

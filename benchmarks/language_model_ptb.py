@@ -55,8 +55,8 @@ def main() -> None:
     from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
 
     from rnnkit import config as config_lib
-    from rnnkit import runner
     from rnnkit.metrics import format_table
+    from rnnkit.training import runner
 
     recipe = LanguageModelRecipe()
     overrides = config_lib.parse_assignments(recipe.Config, args.assignments)

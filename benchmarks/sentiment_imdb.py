@@ -58,8 +58,8 @@ def main() -> None:
     from rnnkit_recipes.sentiment.recipe import SentimentRecipe
 
     from rnnkit import config as config_lib
-    from rnnkit import runner
     from rnnkit.metrics import format_table
+    from rnnkit.training import runner
 
     recipe = SentimentRecipe()
     overrides = config_lib.parse_assignments(recipe.Config, args.assignments)

@@ -92,8 +92,8 @@ def main() -> None:
     from rnnkit_recipes.sentiment.recipe import SentimentRecipe
 
     from rnnkit import config as config_lib
-    from rnnkit import runner
     from rnnkit.metrics import format_table
+    from rnnkit.training import runner
 
     out = Path(args.out)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -108,8 +108,8 @@ def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
     from rnnkit_recipes.translation import data as data_lib
     from rnnkit_recipes.translation.recipe import _reference, translate
 
-    from rnnkit import runner
     from rnnkit.data.parallel_text import count_unknown
+    from rnnkit.training import runner
 
     model = runner.load_model(Path(run_dir) / "model.keras")
     data = recipe.load_data(config)  # the same deterministic vocabularies
@@ -145,7 +145,7 @@ def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
 
 
 def train(recipe, config, runs_root: str, max_minutes: float = 0.0):
-    from rnnkit import runner
+    from rnnkit.training import runner
 
     timer = epoch_timer(max_minutes)
     result = runner.run(

@@ -59,7 +59,8 @@ DIAGNOSE = {
 def run_recipe(name: str, config_file: Path | None, values: dict, run_dir: Path):
     """Trains recipe `name` through the runner; returns (recipe, config, model)."""
     from rnnkit import config as config_lib
-    from rnnkit import registry, runner
+    from rnnkit import registry
+    from rnnkit.training import runner
 
     recipe = registry.load(name)
     config = config_lib.resolve(recipe.Config, config_file, values)

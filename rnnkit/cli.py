@@ -21,11 +21,12 @@ from typing import Any
 
 import click
 
-from rnnkit import __version__, registry, tuning_cluster
+from rnnkit import __version__, registry
 from rnnkit import config as config_lib
 from rnnkit._native_logs import import_frameworks_quietly, quiet_native_logs
 from rnnkit.errors import RnnkitError
 from rnnkit.recipe import Recipe
+from rnnkit.tuning import cluster as tuning_cluster
 
 FIELD_PREFIX = "cfg__"
 
@@ -272,7 +273,7 @@ def _cluster_options(params: dict[str, Any]) -> str | None:
                 "--workers and --worker-index go together: every machine gets the "
                 "same --workers HOST:PORT,... and its own --worker-index (0: chief)"
             )
-        from rnnkit import distributed
+        from rnnkit.training import distributed
 
         cluster = distributed.write_tf_config(workers, index)
     count = len(cluster["cluster"]["worker"])
@@ -305,7 +306,7 @@ def _run_command(recipe: Recipe) -> click.Command:
             _dry_run(recipe, params, f"without --dry-run it trains into {where}")
             return
         _load_frameworks()
-        from rnnkit import runner
+        from rnnkit.training import runner
 
         with user_errors():
             resume = params["resume"]
@@ -405,7 +406,7 @@ def evaluate(
 ) -> None:
     """Evaluate the saved model of RUN_DIR on the test split (no retraining)."""
     _load_frameworks()
-    from rnnkit import runner
+    from rnnkit.training import runner
 
     with user_errors():
         recipe, config, model = runner.load_run(run_dir, registry.load)
@@ -433,7 +434,7 @@ def predict(run_dir: Path, inputs: tuple[str, ...]) -> None:
     `--beam N --n-best K`.
     """
     _load_frameworks()
-    from rnnkit import runner
+    from rnnkit.training import runner
 
     with user_errors():
         recipe, config, model = runner.load_run(run_dir, registry.load)
@@ -782,8 +783,8 @@ def _diagnose_models(
 
     import keras
 
-    from rnnkit import runner
     from rnnkit.models.language_model import LanguageModel
+    from rnnkit.training import runner
 
     if run_dir is not None:
         recipe, config, model = runner.load_run(run_dir, registry.load)
@@ -982,7 +983,7 @@ def info() -> None:
     _load_frameworks()
     import keras
 
-    from rnnkit.runner import versions
+    from rnnkit.training.runner import versions
 
     for name, version in versions().items():
         click.echo(f"{name:<12} {version}")

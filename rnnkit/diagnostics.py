@@ -33,7 +33,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from rnnkit.runner import write_csv
+from rnnkit.files import write_csv
 
 __all__ = [
     "SpectralNormTracker",

@@ -1,9 +1,9 @@
 """The recipe contract: what a recipe provides and what the runner does with it.
 
 A recipe describes one sequence task — its data, its model, its search space, its honest
-evaluation — and nothing else. The runner (`rnnkit.runner`) owns everything around it:
-seeds, device and distribution strategy, mixed precision, `model.fit` and its callbacks,
-the run directory and its atomic writes. Recipes never call `fit` themselves.
+evaluation — and nothing else. The runner (`rnnkit.training.runner`) owns everything
+around it: seeds, device and distribution strategy, mixed precision, `model.fit` and its
+callbacks, the run directory and its atomic writes. Recipes never call `fit` themselves.
 
 Writing a recipe
 ----------------

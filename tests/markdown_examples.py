@@ -87,7 +87,7 @@ def prepare(command: str, workdir: Path) -> None:
     if resume and not (workdir / resume.group(1)).exists():
         from rnnkit_recipes.stock.recipe import StockRecipe
 
-        from rnnkit import runner
+        from rnnkit.training import runner
         from tests.stock_support import smoke_config
         from tests.test_runner import InterruptAt
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rnnkit import distributed
 from rnnkit.errors import ConfigError
+from rnnkit.training import distributed
 from tests.cli_support import error_line, invoke
 from tests.sentiment_support import SENTIMENT_DATA
 from tests.sentiment_support import SMOKE_CONFIG as SENTIMENT_SMOKE
@@ -88,7 +88,8 @@ def train_two_workers(tmp_path: Path, recipe: str, args: list[str]) -> list[str]
 def one_process(recipe_name: str, config_file: Path, values: dict, run_dir: Path):
     """The same recipe in this process, on one device, with `values` set."""
     from rnnkit import config as config_lib
-    from rnnkit import registry, runner
+    from rnnkit import registry
+    from rnnkit.training import runner
 
     recipe = registry.load(recipe_name)
     config = config_lib.resolve(recipe.Config, config_file, values)

@@ -1,4 +1,4 @@
-"""rnnkit.runner: the run directory, atomic writes, NaN stop, resume, strategies."""
+"""The runner: run directory, atomic writes, NaN stop, resume, strategies."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from rnnkit import runner
 from rnnkit.config import DataConfig, TrainConfig, field, section
 from rnnkit.errors import ConfigError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+from rnnkit.training import runner
 from tests.stock_support import ROOT
 
 
@@ -199,7 +199,7 @@ def run_on_two_cpus(script: str, run_dir) -> subprocess.CompletedProcess:
 
 MIRRORED = """
 from tests.stock_support import smoke_config
-from rnnkit import runner
+from rnnkit.training import runner
 from rnnkit_recipes.stock.recipe import StockRecipe
 
 result = runner.run(
@@ -235,7 +235,8 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path):
 
 MIRRORED_TEXT = """
 import numpy as np
-from rnnkit import config as config_lib, runner
+from rnnkit import config as config_lib
+from rnnkit.training import runner
 from rnnkit.errors import ConfigError
 from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
 from rnnkit_recipes.sentiment.recipe import SentimentRecipe

@@ -1,11 +1,10 @@
-"""`.keras` files saved by an earlier rnnkit load and predict the same (tests/fixtures)."""
+"""`.keras` files saved by an earlier rnnkit load and predict the same."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
@@ -29,7 +28,8 @@ for name in sys.argv[1:]:
     outputs = keras.tree.flatten(model(inputs, training=False))
     assert len(outputs) == len(expected), (name, len(outputs), len(expected))
     errors[name] = max(
-        float(np.max(np.abs(np.asarray(out) - want))) for out, want in zip(outputs, expected)
+        float(np.max(np.abs(np.asarray(out) - want)))
+        for out, want in zip(outputs, expected)
     )
 print(json.dumps(errors))
 """

@@ -22,7 +22,7 @@ import pytest
 from rnnkit_recipes.stock.recipe import StockConfig
 
 from rnnkit import config as config_lib
-from rnnkit import tuning_cluster
+from rnnkit.tuning import cluster as tuning_cluster
 from tests.cli_support import error_line, invoke
 from tests.stock_support import SMOKE_CONFIG
 

@@ -351,11 +351,11 @@ def _initialize_from_language_model(
     """Loads the word vectors and recurrent layers of the `model.pretrained` run."""
     import logging
 
-    from rnnkit import runner
     from rnnkit.config import load_toml
     from rnnkit.errors import ConfigError
     from rnnkit.models.language_model import LanguageModel
     from rnnkit.models.transfer import initialize_from_language_model
+    from rnnkit.training import runner
 
     run_dir = Path(config.model.pretrained)
     if runner.recipe_of(run_dir / runner.CONFIG_FILE) != "language_model":

@@ -228,7 +228,7 @@ def measurements() -> list[Measurement]:
 def record(found: Iterable[Measurement]) -> Path:
     """Adds `found` to this machine's cached measurements, each replacing any of the
     same cell, mode and shape, and writes the cache atomically."""
-    from rnnkit.runner import write_json
+    from rnnkit.files import write_json
 
     path = cache_file()
     content = _read(path) or {"format": _FORMAT, "machines": {}}
@@ -254,7 +254,7 @@ def record(found: Iterable[Measurement]) -> Path:
 def forget() -> bool:
     """Drops this machine's measurements (the whole cache file when it is
     unreadable); whether there was something to drop."""
-    from rnnkit.runner import write_json
+    from rnnkit.files import write_json
 
     path = cache_file()
     try:

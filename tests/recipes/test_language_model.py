@@ -24,8 +24,8 @@ from rnnkit_recipes.language_model.recipe import (
 )
 
 from rnnkit import config as config_lib
-from rnnkit import runner
 from rnnkit.data.token_stream import stream_batches
+from rnnkit.training import runner
 from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from rnnkit_recipes.sentiment.recipe import SentimentConfig, SentimentRecipe
 
 from rnnkit import config as config_lib
-from rnnkit import runner
 from rnnkit.cli import main
 from rnnkit.models.sequence_classifier import TextStandardizer
+from rnnkit.training import runner
 from tests.sentiment_support import SMOKE_CONFIG, write_imdb_csv
 
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from rnnkit_recipes.stock.data import FEATURES
 from rnnkit_recipes.stock.recipe import StockRecipe, forecast_table, moving_average
 
-from rnnkit import runner
 from rnnkit.cli import main
+from rnnkit.training import runner
 from tests.stock_support import (
     SMOKE_CONFIG,
     smoke_config,

@@ -17,7 +17,6 @@ import pytest
 from rnnkit_recipes.translation.recipe import TranslationConfig, TranslationRecipe
 
 from rnnkit import config as config_lib
-from rnnkit import runner
 from rnnkit.data.parallel_text import (
     UNK_ID,
     SubwordVocabulary,
@@ -25,6 +24,7 @@ from rnnkit.data.parallel_text import (
     read_parallel_files,
     tokenize,
 )
+from rnnkit.training import runner
 from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT

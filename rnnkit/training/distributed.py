@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rnnkit.errors import ClusterError, ConfigError
-from rnnkit.tuning_cluster import parse_address
+from rnnkit.tuning.cluster import parse_address
 
 if TYPE_CHECKING:
     import keras

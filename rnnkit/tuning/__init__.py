@@ -15,7 +15,7 @@ the search (`overwrite=True` starts afresh), and receives two results:
 
 Across machines, `tune(..., chief="HOST:PORT")` serves the search to workers instead
 of running trials, and writes the same two files; `tune_worker` runs trials for it,
-each in a fresh process (rnnkit/tuning_cluster.py has the plumbing).
+each in a fresh process (rnnkit/tuning/cluster.py has the plumbing).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from rnnkit import config as config_lib
-from rnnkit import runner
-from rnnkit import tuning_cluster as cluster
 from rnnkit.errors import ClusterError, ConfigError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+from rnnkit.training import runner
+from rnnkit.tuning import cluster
 
 log = logging.getLogger("rnnkit")
 
@@ -239,7 +239,7 @@ def tune(
                 directory,
             )
             # What Keras Tuner's `search` does on the chief, with a serving loop that
-            # ends (see rnnkit.tuning_cluster).
+            # ends (see rnnkit.tuning.cluster).
             search.oracle.verbose = 1 if verbose == "auto" else verbose
             search.save()
             stopped = cluster.serve_oracle(search.oracle, address, worker_timeout)

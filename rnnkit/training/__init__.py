@@ -1,0 +1,1 @@
+"""Training: the runner (one training loop and the run directory) and its strategies."""
