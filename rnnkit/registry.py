@@ -1,10 +1,15 @@
-"""Recipe discovery through Python entry points (group "rnnkit.recipes").
+"""Recipe discovery through Python entry points (group "rnnkit.recipes"), and the names
+of the recurrent layers (group "rnnkit.recurrent").
 
 Listing reads the installed distributions' metadata only; a recipe's module is imported
 when the recipe is loaded by name. Any installed package can add a recipe:
 
     [project.entry-points."rnnkit.recipes"]
     my_task = "my_package.recipe:MyRecipe"
+
+The recurrent layers are listed the same way, so that configs and the command line can
+offer their names without importing Keras; `rnnkit.layers.get_recurrent(name)` turns a
+name into its class.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from rnnkit.errors import RecipeNotFoundError, RnnkitError
 from rnnkit.recipe import Recipe
 
 GROUP = "rnnkit.recipes"
+RECURRENT_GROUP = "rnnkit.recurrent"
 
 
 def available() -> dict[str, EntryPoint]:
@@ -63,3 +69,9 @@ def summaries() -> list[tuple[str, str]]:
             summary = f"(unavailable: {error})"
         rows.append((name, summary))
     return rows
+
+
+def recurrent_names() -> tuple[str, ...]:
+    """The names of the installed recurrent layers (`"gru"`, `"lstm"`, ...), sorted,
+    without importing Keras or any layer."""
+    return tuple(sorted({entry.name for entry in entry_points(group=RECURRENT_GROUP)}))
