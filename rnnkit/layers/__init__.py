@@ -10,4 +10,5 @@ from rnnkit.layers.gru import GRU, GRUCell
 from rnnkit.layers.lstm import LSTM, LSTMCell
 from rnnkit.layers.multi_head_attention import MultiHeadAttention
 from rnnkit.layers.positional_encoding import PositionalEncoding
+from rnnkit.layers.registry import get_recurrent, get_recurrent_cell, register_recurrent
 from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell

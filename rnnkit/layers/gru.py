@@ -334,6 +334,8 @@ class GRU(RecurrentLayer):
         Encoder-Decoder for Statistical Machine Translation".
     """
 
+    cell_class = GRUCell
+
     def __init__(
         self,
         units,

@@ -383,6 +383,8 @@ class LSTM(RecurrentLayer):
         Hochreiter & Schmidhuber (1997), "Long Short-Term Memory".
     """
 
+    cell_class = LSTMCell
+
     def __init__(
         self,
         units,

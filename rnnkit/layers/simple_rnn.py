@@ -196,6 +196,8 @@ class SimpleRNN(RecurrentLayer):
         Elman (1990), "Finding Structure in Time".
     """
 
+    cell_class = SimpleRNNCell
+
     def __init__(
         self,
         units,

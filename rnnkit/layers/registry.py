@@ -1,0 +1,61 @@
+"""The one place a recurrent layer's name becomes its class.
+
+Names are the entry points of group "rnnkit.recurrent" (rnnkit's own are declared in
+its `pyproject.toml`; any installed package can add one), so configs and the command
+line list them without importing Keras (`rnnkit.registry.recurrent_names()`).
+A layer class defined in a script, outside any package, joins with
+`register_recurrent(name, layer_class)` for this process.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib.metadata import entry_points
+
+GROUP = "rnnkit.recurrent"
+
+_registered: dict[str, type] = {}
+
+
+def register_recurrent(name: str, layer_class: type) -> type:
+    """Makes `get_recurrent(name)` return `layer_class` in this process.
+
+    The class needs a `cell_class` attribute (its cell's class). Returns the class, so
+    it can serve as a decorator's body. A name already taken raises `ValueError`.
+    """
+    if name in _registered or name in _entry_points():
+        raise ValueError(f"a recurrent layer is already registered as {name!r}")
+    if not isinstance(getattr(layer_class, "cell_class", None), type):
+        raise ValueError(
+            f"{layer_class.__name__} has no `cell_class` attribute: set it to the "
+            "class of its cell"
+        )
+    _registered[name] = layer_class
+    return layer_class
+
+
+def get_recurrent(name: str) -> type:
+    """The recurrent layer class registered as `name` (e.g. `"lstm"` -> `LSTM`)."""
+    if name in _registered:
+        return _registered[name]
+    found = _entry_points()
+    if name not in found:
+        known = sorted({*found, *_registered})
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown recurrent layer {name!r}{hint} (known: {', '.join(known)})"
+        )
+    return found[name].load()
+
+
+def get_recurrent_cell(name: str) -> type:
+    """The cell class of the recurrent layer registered as `name`."""
+    return get_recurrent(name).cell_class
+
+
+def _entry_points() -> dict:
+    found = {}
+    for entry_point in entry_points(group=GROUP):
+        found.setdefault(entry_point.name, entry_point)
+    return found
