@@ -13,12 +13,12 @@ an `AttributeError` deep inside a layer call.
 - `DropoutRNNCell`: the mix-in that `keras.layers.RNN` recognises to refresh a cell's
   per-sequence dropout masks.
 - `LossFunctionWrapper`: a loss given by name ("mse") as a `Loss` whose reduction the
-  multi-worker loop can turn off (`rnnkit.training.distributed`).
+  multi-worker loop can turn off (`rnnkit.training.multi_worker`).
 
 One private method is used where Keras offers no public way, with a fallback:
 `Model._symbolic_build`, which `fit` calls to create the compiled metrics' variables;
 the multi-worker loop calls it under its strategy and, if a Keras release drops it,
-logs the losses only (`rnnkit.training.distributed`).
+logs the losses only (`rnnkit.training.multi_worker`).
 
 Code elsewhere calls `backend.NAME(...)` at call time (never `from ... import NAME`),
 so that tests can stand in for the cuDNN kernels with `monkeypatch.setattr`.

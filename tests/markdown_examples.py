@@ -89,7 +89,7 @@ def prepare(command: str, workdir: Path) -> None:
 
         from rnnkit.training import runner
         from tests.stock_support import smoke_config
-        from tests.test_runner import InterruptAt
+        from tests.training.test_runner import InterruptAt
 
         with pytest.raises(KeyboardInterrupt):
             runner.run(

@@ -1,57 +1,90 @@
-"""The one training loop: seeds, device and strategy, callbacks, and the run directory.
+"""The one training loop: `run` trains a recipe and writes its run directory.
 
 `run(recipe, config)` trains `recipe.build_model(config, data)` on
-`recipe.load_data(config)` and writes the run directory:
+`recipe.load_data(config)` with the runner's callbacks (NaN stop, early stopping,
+backup for `--resume`, TensorBoard, history.csv), evaluates the saved model, and writes
+the run directory that rnnkit.training.run_dir describes, `run.json` last. Recipes
+never call `fit` themselves; tuning trials train through `fit` and
+`tuning_callbacks` too.
 
-    config.toml     the exact resolved config (re-runnable with `--config`), first
-    history.csv     one row per epoch, rewritten after every epoch
-    model.keras     the trained model (best validation weights)
-    metrics.json    {"test": {system: {metric: value}}, "backtest": {...} if folds > 0}
-    plots/          training_curves.png and the recipe's own figures
-    tensorboard/    TensorBoard logs
-    backup/         BackupAndRestore state while training runs (removed when it ends)
-    run.json        written last: the "completed" marker (recipe, seed, device, timings,
-                    versions)
-
-Every file is written under a temporary name in the same folder and renamed into place,
-so an interrupted run never leaves a half-written file under a final name.
+Where it trains comes from rnnkit.training.runtime (seeds, device, strategy); several
+devices and machines from rnnkit.training.distributed. The command line and the
+recipes reach the run directory's names (`runner.load_run`, `runner.CONFIG_FILE`, ...)
+through this module as well.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import datetime
-import json
 import logging
 import math
-import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnkit import config as config_lib
-from rnnkit.errors import ConfigError, RnnkitError, TrainingError
-from rnnkit.files import atomic_path, write_csv, write_json, write_text
+from rnnkit.errors import ConfigError, TrainingError
+from rnnkit.files import write_csv, write_json, write_text
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
-from rnnkit.training import distributed
+from rnnkit.training.cluster import cluster_from_environment
+from rnnkit.training.multi_worker import fit_multiworker, weights_fingerprint
+from rnnkit.training.run_dir import (
+    BACKUP_DIR,
+    CONFIG_FILE,
+    HISTORY_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    PLOT_DIR,
+    RUN_FILE,
+    TENSORBOARD_DIR,
+    config_header,
+    load_model,
+    load_run,
+    open_run_dir,
+    prepare_resume,
+    read_history,
+    recipe_of,
+    save_model,
+)
+from rnnkit.training.runtime import configure_runtime, device_summary, versions
+from rnnkit.training.strategies import describe_batch, is_multiworker
+from rnnkit.training.text_split import split_text_model
 
 if TYPE_CHECKING:
     import keras
 
-log = logging.getLogger("rnnkit")
+__all__ = [
+    # The run, defined here.
+    "RunResult",
+    "backtest",
+    "fit",
+    "run",
+    "tuning_callbacks",
+    # Where they live is rnnkit.training.run_dir, .runtime and rnnkit.files.
+    "CONFIG_FILE",
+    "HISTORY_FILE",
+    "METRICS_FILE",
+    "MODEL_FILE",
+    "PLOT_DIR",
+    "RUN_FILE",
+    "config_header",
+    "configure_runtime",
+    "device_summary",
+    "load_model",
+    "load_run",
+    "prepare_resume",
+    "read_history",
+    "recipe_of",
+    "save_model",
+    "versions",
+    "write_json",
+    "write_text",
+]
 
-CONFIG_FILE = "config.toml"
-MODEL_FILE = "model.keras"
-METRICS_FILE = "metrics.json"
-HISTORY_FILE = "history.csv"
-RUN_FILE = "run.json"
-BACKUP_DIR = "backup"
-PLOT_DIR = "plots"
-TENSORBOARD_DIR = "tensorboard"
+log = logging.getLogger("rnnkit")
 
 
 @dataclasses.dataclass
@@ -67,129 +100,7 @@ class RunResult:
     weights_fingerprint: str | None = None
 
 
-# -- Model files ---------------------------------------------------------------------
-
-
-def save_model(model: keras.Model, path: str | Path) -> Path:
-    """Saves `model` in the `.keras` format atomically."""
-    with atomic_path(path) as temporary:
-        model.save(temporary)
-    return Path(path)
-
-
-def load_model(path: str | Path) -> keras.Model:
-    """Loads a `.keras` model in safe mode (no arbitrary code, e.g. no lambdas)."""
-    import keras
-
-    import rnnkit.layers  # noqa: F401 - registers the rnnkit layers for deserialization
-    import rnnkit.losses  # noqa: F401 - the losses a saved compile config names
-    import rnnkit.models  # noqa: F401 - and the custom pieces of the rnnkit models
-    import rnnkit.optimizers  # noqa: F401 - and the optimizers
-
-    path = Path(path)
-    if not path.is_file():
-        raise RnnkitError(f"no model file at {path}")
-    return keras.saving.load_model(path, safe_mode=True)
-
-
-def read_history(path: Path) -> list[dict[str, float]]:
-    """The rows of a `history.csv` ([] if there is none)."""
-    if not path.is_file():
-        return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [
-            {key: float(value) for key, value in row.items()}
-            for row in csv.DictReader(handle)
-        ]
-
-
-# -- Runtime: seed, device, precision, strategy --------------------------------------
-
-
-def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:
-    """Seeds every generator, picks the device and precision; returns the strategy.
-
-    Call it before building a model. Two runs in fresh processes with the same seed and
-    device give identical weights and metrics on CPU. `one_device`: the model cannot
-    be mirrored, so `train.strategy=auto` keeps one device even on several GPUs.
-    """
-    import keras
-
-    keras.utils.set_random_seed(train.seed)
-    keras.mixed_precision.set_global_policy(
-        "mixed_float16" if train.mixed_precision else "float32"
-    )
-    if keras.backend.backend() != "tensorflow":
-        if train.device == "gpu" and not _backend_has_gpu():
-            raise ConfigError("train.device=gpu, but the Keras backend sees no GPU")
-        if train.strategy in ("mirrored", "multiworker"):
-            raise ConfigError(
-                f"train.strategy={train.strategy} uses tf.distribute, which needs the "
-                f"TensorFlow backend (KERAS_BACKEND is {keras.backend.backend()})"
-            )
-        return None
-    import tensorflow as tf
-
-    tf.config.experimental.enable_op_determinism()
-    gpus = tf.config.list_physical_devices("GPU")
-    if train.device == "gpu" and not gpus:
-        raise ConfigError(
-            "train.device=gpu, but TensorFlow sees no GPU "
-            "(use --device cpu, or auto to take a GPU only when there is one)"
-        )
-    if train.device == "cpu" and gpus:
-        try:
-            tf.config.set_visible_devices([], "GPU")
-        except RuntimeError:
-            if tf.config.get_visible_devices("GPU"):
-                raise ConfigError(
-                    "--device cpu must be chosen before TensorFlow starts using the "
-                    "GPU; run it in a fresh process"
-                ) from None
-    if one_device and train.strategy == "auto":
-        if len(tf.config.get_visible_devices("GPU")) > 1:
-            log.info("train.strategy=auto: one GPU, as this model cannot be mirrored")
-        return tf.distribute.get_strategy()
-    return distributed.make_strategy(train)
-
-
-def _backend_has_gpu() -> bool:
-    import keras
-
-    if keras.backend.backend() == "jax":
-        import jax
-
-        return any(device.platform == "gpu" for device in jax.devices())
-    if keras.backend.backend() == "torch":
-        import torch
-
-        return torch.cuda.is_available()
-    return False
-
-
-def device_summary(strategy: Any) -> str:
-    """A short description of where training runs, for logs and run.json."""
-    import keras
-
-    backend = keras.backend.backend()
-    if strategy is None or strategy.num_replicas_in_sync == 1:
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            kind = "GPU" if tf.config.get_visible_devices("GPU") else "CPU"
-            return f"{backend}, one {kind} device"
-        return f"{backend}, default device"
-    devices = ", ".join(strategy.extended.worker_devices)
-    if distributed.is_multiworker(strategy):
-        workers, index = distributed.cluster_from_environment()
-        return (
-            f"MultiWorkerMirroredStrategy, {strategy.num_replicas_in_sync} replicas "
-            f"on {workers} workers; this is worker {index}, on {devices}"
-        )
-    return f"{type(strategy).__name__} over {devices}"
-
-
-# -- Callbacks -------------------------------------------------------------------------
+# -- Callbacks and fit ---------------------------------------------------------------
 
 
 def _history_callback(
@@ -285,51 +196,6 @@ def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> Non
 # -- The run -----------------------------------------------------------------------
 
 
-def _new_run_dir(root: Path, recipe_name: str) -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    candidate = root / recipe_name / stamp
-    suffix = 1
-    while candidate.exists():
-        suffix += 1
-        candidate = root / recipe_name / f"{stamp}-{suffix}"
-    return candidate
-
-
-def config_header(recipe_name: str) -> str:
-    return (
-        f"rnnkit recipe: {recipe_name}\n"
-        f"Re-run with: rnnkit run {recipe_name} --config config.toml"
-    )
-
-
-def recipe_of(config_file: Path) -> str | None:
-    """The recipe name recorded in the header of a written config.toml."""
-    with contextlib.suppress(OSError):
-        for line in config_file.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# rnnkit recipe:"):
-                return line.split(":", 1)[1].strip()
-    return None
-
-
-def prepare_resume(recipe: Recipe, run_dir: Path) -> RecipeConfig:
-    """The config of an interrupted run in `run_dir`, checked to be resumable."""
-    if (run_dir / RUN_FILE).exists():
-        raise RnnkitError(
-            f"{run_dir} holds a completed run; there is nothing to resume"
-        )
-    config_file = run_dir / CONFIG_FILE
-    if not config_file.is_file():
-        raise RnnkitError(
-            f"{run_dir} is not an rnnkit run directory (no {CONFIG_FILE})"
-        )
-    recorded = recipe_of(config_file)
-    if recorded is not None and recorded != recipe.name:
-        raise RnnkitError(
-            f"{run_dir} is a run of recipe {recorded!r}, not {recipe.name!r}"
-        )
-    return config_lib.load_toml(recipe.Config, config_file)
-
-
 def run(
     recipe: Recipe,
     config: RecipeConfig,
@@ -362,30 +228,9 @@ def run(
             f"train.strategy={config.train.strategy}: {single}; use --strategy one "
             "(or auto)"
         )
-    chief = (
-        config.train.strategy != "multiworker"
-        or distributed.cluster_from_environment()[1] == 0
-    )
+    chief = config.train.strategy != "multiworker" or cluster_from_environment()[1] == 0
     if chief:
-        run_dir = (
-            Path(run_dir) if run_dir else _new_run_dir(Path(runs_root), recipe.name)
-        )
-        if resume:
-            if not (run_dir / BACKUP_DIR).exists():
-                log.info(
-                    "no backup in %s; training starts from the first epoch", run_dir
-                )
-        elif run_dir.exists() and any(run_dir.iterdir()):
-            raise RnnkitError(
-                f"run directory {run_dir} is not empty; choose another --run-dir, "
-                f"or continue it with --resume {run_dir}"
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(
-            run_dir / CONFIG_FILE,
-            config_lib.to_toml(config, config_header(recipe.name)),
-        )
-        log.info("run directory: %s", run_dir)
+        run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume)
     else:
         run_dir = None
         log.info(
@@ -396,19 +241,15 @@ def run(
     automatic_strategy = configure_runtime(config.train, one_device=single is not None)
     strategy = strategy or automatic_strategy
     device = device_summary(strategy)
-    multiworker = distributed.is_multiworker(strategy)
+    multiworker = is_multiworker(strategy)
     log.info("training on %s, seed %d", device, config.train.seed)
     # train.batch_size is one replica's batch; data and steps use the global batch.
-    per_replica = config.train.batch_size
-    run_config = config
     if strategy is not None and strategy.num_replicas_in_sync > 1:
+        per_replica = config.train.batch_size
         log.info(
-            "%s",
-            distributed.describe_batch(
-                per_replica, strategy, config.train.learning_rate
-            ),
+            "%s", describe_batch(per_replica, strategy, config.train.learning_rate)
         )
-        run_config = config.with_values(
+        config = config.with_values(
             {"train.batch_size": per_replica * strategy.num_replicas_in_sync}
         )
         if config.evaluation.folds > 0 and multiworker:
@@ -416,7 +257,6 @@ def run(
                 "evaluation.folds (the backtest) refits the model per fold, which "
                 "the multi-worker loop does not do; set evaluation.folds=0"
             )
-    config = run_config
 
     data = recipe.load_data(config)
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
@@ -428,27 +268,7 @@ def run(
             history_rows,
             [*recipe.callbacks(config, data), *callbacks],
         )
-        text_split = distributed.split_text_model(model, strategy)
-        if multiworker:
-            history = distributed.fit_multiworker(
-                model, data, config, strategy, callback_list, verbose=verbose
-            )
-        elif text_split is not None:
-            # Strings become token ids in the input pipeline; the replicas train the
-            # rest of the model, whose layers are the whole model's.
-            history = fit(
-                text_split.model,
-                dataclasses.replace(
-                    data,
-                    train=text_split.dataset(data.train),
-                    validation=text_split.dataset(data.validation),
-                ),
-                config,
-                callback_list,
-                verbose=verbose,
-            )
-        else:
-            history = fit(model, data, config, callback_list, verbose=verbose)
+        history = _train(model, data, config, strategy, callback_list, verbose)
     except KeyboardInterrupt:
         log.info(
             "interrupted; continue with: rnnkit run %s --resume %s",
@@ -459,7 +279,7 @@ def run(
     _check_finite(history, config)
     fingerprint = None
     if multiworker:
-        fingerprint = distributed.weights_fingerprint(model)
+        fingerprint = weights_fingerprint(model)
         log.info("weights fingerprint: %s (the same on every worker)", fingerprint)
     if not chief:
         return RunResult(
@@ -525,6 +345,37 @@ def run(
     )
 
 
+def _train(
+    model: keras.Model,
+    data: RecipeData,
+    config: RecipeConfig,
+    strategy: Any,
+    callbacks: list[keras.callbacks.Callback],
+    verbose: int | str,
+) -> keras.callbacks.History:
+    """`fit`, or the multi-worker loop, or `fit` on a text model's numeric part."""
+    if is_multiworker(strategy):
+        return fit_multiworker(
+            model, data, config, strategy, callbacks, verbose=verbose
+        )
+    text_split = split_text_model(model, strategy)
+    if text_split is None:
+        return fit(model, data, config, callbacks, verbose=verbose)
+    # Strings become token ids in the input pipeline; the replicas train the rest of
+    # the model, whose layers are the whole model's.
+    return fit(
+        text_split.model,
+        dataclasses.replace(
+            data,
+            train=text_split.dataset(data.train),
+            validation=text_split.dataset(data.validation),
+        ),
+        config,
+        callbacks,
+        verbose=verbose,
+    )
+
+
 def _build(
     recipe: Recipe, config: RecipeConfig, data: RecipeData, strategy: Any
 ) -> keras.Model:
@@ -564,34 +415,3 @@ def tuning_callbacks(config: RecipeConfig) -> list[keras.callbacks.Callback]:
 def _timestamp(seconds: float) -> str:
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
     return moment.isoformat(timespec="seconds")
-
-
-def versions() -> dict[str, str]:
-    """Versions of Python and the libraries a run depends on."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version()}
-    for name in ("rnnkit", "keras", "tensorflow", "numpy", "keras-tuner"):
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
-    return found
-
-
-def load_run(
-    run_dir: str | Path, load_recipe: Callable[[str], Recipe]
-) -> tuple[Recipe, RecipeConfig, keras.Model]:
-    """The recipe, config and model of a completed run directory."""
-    run_dir = Path(run_dir)
-    run_file = run_dir / RUN_FILE
-    if not run_file.is_file():
-        raise RnnkitError(
-            f"{run_dir} is not a completed rnnkit run (no {RUN_FILE}); "
-            "resume an interrupted run with `rnnkit run NAME --resume DIR`"
-        )
-    try:
-        recipe_name = json.loads(run_file.read_text(encoding="utf-8"))["recipe"]
-    except (ValueError, KeyError):
-        raise RnnkitError(f"{run_file} is damaged (no recipe name)") from None
-    recipe = load_recipe(recipe_name)
-    config = config_lib.load_toml(recipe.Config, run_dir / CONFIG_FILE)
-    return recipe, config, load_model(run_dir / MODEL_FILE)

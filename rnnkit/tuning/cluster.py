@@ -16,13 +16,13 @@ forever with bounded waits:
   request to the chief bounded by the same timeout instead of Keras Tuner's hour.
 
 Nothing here imports TensorFlow, so the launcher can check an address, and whether a
-chief answers there, before it starts the frameworks.
+chief answers there, before it starts the frameworks. `Address` is the training
+cluster's (rnnkit.training.cluster): a search's chief is named the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import os
 import re
@@ -32,12 +32,13 @@ from concurrent import futures
 from typing import Any
 
 from rnnkit.errors import ClusterError, ConfigError
+from rnnkit.training import cluster as training_cluster
+from rnnkit.training.cluster import Address
 
 CHIEF_ID = "chief"
 # A worker's id names its state file in the tuning folder; Keras Tuner takes any id
 # that contains "chief" for the chief.
 WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})")
 CONNECT_TIMEOUT = 60.0
 WORKER_TIMEOUT = 600.0
 # Once the last trial ended, how long the chief waits for the workers it knows to ask
@@ -47,27 +48,10 @@ POLL_SECONDS = 0.2
 ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
 
 
-@dataclasses.dataclass(frozen=True)
-class Address:
-    """The chief's HOST:PORT."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
 def parse_address(text: str, option: str = "--chief") -> Address:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6) -> Address, or a ConfigError that names
-    `option` and says why."""
-    match = ADDRESS.fullmatch(text.strip())
-    if match is None or not 0 < int(match.group(2)) < 65536:
-        raise ConfigError(
-            f"{option}: {text.strip()!r} is not HOST:PORT with a port from 1 to "
-            "65535, e.g. 10.0.0.5:8470 or 127.0.0.1:8470"
-        )
-    return Address(match.group(1), int(match.group(2)))
+    """The chief's `HOST:PORT` -> Address, or a ConfigError that names `option`
+    (rnnkit.training.cluster.parse_address, with `--chief` for the option)."""
+    return training_cluster.parse_address(text, option)
 
 
 def check_worker_id(worker_id: str) -> str:

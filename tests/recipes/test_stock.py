@@ -202,7 +202,7 @@ def test_mixed_precision_run(tmp_path):
 
 
 def test_resume_through_the_cli(tmp_path):
-    from tests.test_runner import InterruptAt
+    from tests.training.test_runner import InterruptAt
 
     run_dir = tmp_path / "run"
     config = smoke_config({"train.epochs": 3})

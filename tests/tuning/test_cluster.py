@@ -1,22 +1,17 @@
-"""`rnnkit tune --chief/--worker`: Keras Tuner's chief/worker search, on loopback.
+"""rnnkit.tuning.cluster and .worker through `rnnkit tune --chief/--worker`: Keras
+Tuner's chief/worker search, on loopback.
 
 Every process started here has a hard deadline and is killed with SIGKILL (its whole
-process group) in a `finally`: a process stuck in gRPC must not outlive its test.
+process group) when its test ends (tests/process_support.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from rnnkit_recipes.stock.recipe import StockConfig
@@ -24,62 +19,10 @@ from rnnkit_recipes.stock.recipe import StockConfig
 from rnnkit import config as config_lib
 from rnnkit.tuning import cluster as tuning_cluster
 from tests.cli_support import error_line, invoke
+from tests.process_support import free_port, processes
 from tests.stock_support import SMOKE_CONFIG
 
 TUNE = ["tune", "stock", "--config", str(SMOKE_CONFIG), "--epochs", "1"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Processes:
-    """`rnnkit` commands in subprocesses, each writing its output to a file."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.started: list[tuple[subprocess.Popen, Path]] = []
-
-    def start(self, name: str, *args: str) -> subprocess.Popen:
-        log = self.folder / f"{name}.log"
-        with log.open("w") as output:
-            process = subprocess.Popen(
-                [sys.executable, "-c", "from rnnkit.cli import main; main()", *args],
-                cwd=self.folder,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                start_new_session=True,
-            )
-        self.started.append((process, log))
-        return process
-
-    def finish(self, process: subprocess.Popen, deadline: float) -> tuple[int, str]:
-        """Exit status and output, or a failure once `deadline` (monotonic) passed."""
-        log = next(log for started, log in self.started if started is process)
-        try:
-            status = process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{log.name} still running:\n{log.read_text()[-3000:]}")
-        return status, log.read_text()
-
-    def kill_all(self) -> None:
-        for process, _ in self.started:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-@contextlib.contextmanager
-def processes(folder: Path) -> Iterator[Processes]:
-    started = Processes(folder)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def test_chief_and_two_workers_run_every_trial_once(tmp_path):

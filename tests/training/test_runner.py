@@ -1,4 +1,4 @@
-"""The runner: run directory, atomic writes, NaN stop, resume, strategies."""
+"""rnnkit.training.runner: the run directory it writes, NaN stop, resume, strategies."""
 
 from __future__ import annotations
 
@@ -149,27 +149,6 @@ def test_resume_continues_an_interrupted_run(tmp_path):
         runner.prepare_resume(ToyRecipe(), run_dir)
 
 
-def test_atomic_path_leaves_nothing_behind_on_failure(tmp_path):
-    target = tmp_path / "model.keras"
-    with pytest.raises(RuntimeError):
-        with runner.atomic_path(target) as temporary:
-            assert temporary.name.endswith(".keras")
-            temporary.write_text("half")
-            raise RuntimeError("crash while writing")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_gpu_without_gpu_is_a_clear_error():
-    import tensorflow as tf
-
-    if tf.config.list_physical_devices("GPU"):
-        pytest.skip("this machine has a GPU")
-    with pytest.raises(
-        ConfigError, match="train.device=gpu, but TensorFlow sees no GPU"
-    ):
-        runner.configure_runtime(TrainConfig(device="gpu"))
-
-
 # Scripts run in a fresh process (the CPU must be split before TensorFlow starts):
 # argv[1] is the run directory, argv[2] the repository root.
 TWO_CPUS = """
@@ -240,7 +219,7 @@ from rnnkit.training import runner
 from rnnkit.errors import ConfigError
 from rnnkit_recipes.language_model.recipe import LanguageModelRecipe
 from rnnkit_recipes.sentiment.recipe import SentimentRecipe
-from tests.test_distributed_training import sentiment_values
+from tests.training.cluster_support import sentiment_values
 from tests.sentiment_support import SMOKE_CONFIG
 
 # No shuffling: a distributed dataset shuffles in another (still seeded) order.
@@ -295,24 +274,6 @@ def test_a_text_model_mirrors_with_its_strings_read_in_the_input_pipeline(tmp_pa
     assert 0.0 < probability < 1.0
     # Truncated BPTT keeps each stream's state on one device: a one-line refusal.
     assert "LM-ERROR train.mode=truncated carries each stream's state" in result.stdout
-
-
-def test_write_csv_keeps_numbers_exact_and_columns_in_first_seen_order(tmp_path):
-    path = runner.write_csv(
-        tmp_path / "table.csv",
-        [
-            {"step": 1, "loss": 0.1 + 0.2, "cell": "lstm"},
-            {"step": np.int64(2), "loss": np.float32(0.5), "clipped": True},
-            {"step": 3.0, "loss": None},
-        ],
-    )
-    assert path.read_text().splitlines() == [
-        "step,loss,cell,clipped",
-        "1,0.30000000000000004,lstm,",
-        "2,0.5,,True",
-        "3,,,",
-    ]
-    assert not list(tmp_path.glob("*.tmp*"))
 
 
 def test_a_model_that_cannot_be_mirrored_refuses_several_devices_before_writing(

@@ -1,4 +1,4 @@
-"""rnnkit.tuning and `rnnkit tune`: Keras Tuner over a recipe's search space."""
+"""rnnkit.tuning.search and `rnnkit tune`: Keras Tuner over a recipe's search space."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rnnkit import config as config_lib
 from rnnkit import tuning
 from rnnkit.cli import main
 from rnnkit.errors import TrainingError
+from tests.cli_support import error_line, invoke
 from tests.stock_support import SMOKE_CONFIG, smoke_config
 
 
@@ -102,3 +103,14 @@ def test_no_completed_trial_fails_loudly(tmp_path):
             BrokenRecipe(), smoke_config(), max_trials=2, directory=tmp_path, verbose=0
         )
     assert not (tmp_path / "best.toml").exists()
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "multiworker"])
+def test_tuning_refuses_a_strategy_of_several_devices(strategy):
+    result = invoke(
+        "tune", "stock", "--config", str(SMOKE_CONFIG), "--max-trials", "1",
+        "--set", f"train.strategy={strategy}",
+    )  # fmt: skip
+    assert f"train.strategy={strategy}: tuning trains each trial on one device" in (
+        error_line(result)
+    )

@@ -1,0 +1,182 @@
+"""The run directory: its files, how it is claimed, resumed and read back.
+
+    config.toml     the exact resolved config (re-runnable with `--config`), first
+    history.csv     one row per epoch, rewritten after every epoch
+    model.keras     the trained model (best validation weights)
+    metrics.json    {"test": {system: {metric: value}}, "backtest": {...} if folds > 0}
+    plots/          training_curves.png and the recipe's own figures
+    tensorboard/    TensorBoard logs
+    backup/         BackupAndRestore state while training runs (removed when it ends)
+    run.json        written last: the "completed" marker (recipe, seed, device, timings,
+                    versions)
+
+Every file is written under a temporary name in the same folder and renamed into place
+(rnnkit.files), so an interrupted run never leaves a half-written file under a final
+name. A directory with `config.toml` and no `run.json` is an interrupted run, which
+`--resume` continues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rnnkit import config as config_lib
+from rnnkit.errors import RnnkitError
+from rnnkit.files import atomic_path, write_text
+from rnnkit.recipe import Recipe, RecipeConfig
+
+if TYPE_CHECKING:
+    import keras
+
+log = logging.getLogger("rnnkit")
+
+CONFIG_FILE = "config.toml"
+MODEL_FILE = "model.keras"
+METRICS_FILE = "metrics.json"
+HISTORY_FILE = "history.csv"
+RUN_FILE = "run.json"
+BACKUP_DIR = "backup"
+PLOT_DIR = "plots"
+TENSORBOARD_DIR = "tensorboard"
+
+
+# -- Model and history files ---------------------------------------------------------
+
+
+def save_model(model: keras.Model, path: str | Path) -> Path:
+    """Saves `model` in the `.keras` format atomically."""
+    with atomic_path(path) as temporary:
+        model.save(temporary)
+    return Path(path)
+
+
+def load_model(path: str | Path) -> keras.Model:
+    """Loads a `.keras` model in safe mode (no arbitrary code, e.g. no lambdas)."""
+    import keras
+
+    import rnnkit.layers  # noqa: F401 - registers the rnnkit layers for deserialization
+    import rnnkit.losses  # noqa: F401 - the losses a saved compile config names
+    import rnnkit.models  # noqa: F401 - and the custom pieces of the rnnkit models
+    import rnnkit.optimizers  # noqa: F401 - and the optimizers
+
+    path = Path(path)
+    if not path.is_file():
+        raise RnnkitError(f"no model file at {path}")
+    return keras.saving.load_model(path, safe_mode=True)
+
+
+def read_history(path: Path) -> list[dict[str, float]]:
+    """The rows of a `history.csv` ([] if there is none)."""
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [
+            {key: float(value) for key, value in row.items()}
+            for row in csv.DictReader(handle)
+        ]
+
+
+# -- Claiming, resuming and reading a run directory ----------------------------------
+
+
+def new_run_dir(root: Path, recipe_name: str) -> Path:
+    """A new `root/<recipe>/<timestamp>` path (with a suffix when it is taken)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    candidate = root / recipe_name / stamp
+    suffix = 1
+    while candidate.exists():
+        suffix += 1
+        candidate = root / recipe_name / f"{stamp}-{suffix}"
+    return candidate
+
+
+def config_header(recipe_name: str) -> str:
+    """The comment at the top of a written config.toml (`recipe_of` reads it)."""
+    return (
+        f"rnnkit recipe: {recipe_name}\n"
+        f"Re-run with: rnnkit run {recipe_name} --config config.toml"
+    )
+
+
+def recipe_of(config_file: Path) -> str | None:
+    """The recipe name recorded in the header of a written config.toml."""
+    with contextlib.suppress(OSError):
+        for line in config_file.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# rnnkit recipe:"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def prepare_resume(recipe: Recipe, run_dir: Path) -> RecipeConfig:
+    """The config of an interrupted run in `run_dir`, checked to be resumable."""
+    if (run_dir / RUN_FILE).exists():
+        raise RnnkitError(
+            f"{run_dir} holds a completed run; there is nothing to resume"
+        )
+    config_file = run_dir / CONFIG_FILE
+    if not config_file.is_file():
+        raise RnnkitError(
+            f"{run_dir} is not an rnnkit run directory (no {CONFIG_FILE})"
+        )
+    recorded = recipe_of(config_file)
+    if recorded is not None and recorded != recipe.name:
+        raise RnnkitError(
+            f"{run_dir} is a run of recipe {recorded!r}, not {recipe.name!r}"
+        )
+    return config_lib.load_toml(recipe.Config, config_file)
+
+
+def open_run_dir(
+    recipe_name: str,
+    config: RecipeConfig,
+    run_dir: str | Path | None,
+    runs_root: str | Path,
+    resume: bool,
+) -> Path:
+    """Makes the run directory and writes its config.toml; returns its path.
+
+    `run_dir`, or a new one under `runs_root`; it must be empty unless `resume`
+    continues the interrupted run in it.
+    """
+    run_dir = Path(run_dir) if run_dir else new_run_dir(Path(runs_root), recipe_name)
+    if resume:
+        if not (run_dir / BACKUP_DIR).exists():
+            log.info("no backup in %s; training starts from the first epoch", run_dir)
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise RnnkitError(
+            f"run directory {run_dir} is not empty; choose another --run-dir, "
+            f"or continue it with --resume {run_dir}"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(
+        run_dir / CONFIG_FILE, config_lib.to_toml(config, config_header(recipe_name))
+    )
+    log.info("run directory: %s", run_dir)
+    return run_dir
+
+
+def load_run(
+    run_dir: str | Path, load_recipe: Callable[[str], Recipe]
+) -> tuple[Recipe, RecipeConfig, keras.Model]:
+    """The recipe, config and model of a completed run directory."""
+    run_dir = Path(run_dir)
+    run_file = run_dir / RUN_FILE
+    if not run_file.is_file():
+        raise RnnkitError(
+            f"{run_dir} is not a completed rnnkit run (no {RUN_FILE}); "
+            "resume an interrupted run with `rnnkit run NAME --resume DIR`"
+        )
+    try:
+        recipe_name = json.loads(run_file.read_text(encoding="utf-8"))["recipe"]
+    except (ValueError, KeyError):
+        raise RnnkitError(f"{run_file} is damaged (no recipe name)") from None
+    recipe = load_recipe(recipe_name)
+    config = config_lib.load_toml(recipe.Config, run_dir / CONFIG_FILE)
+    return recipe, config, load_model(run_dir / MODEL_FILE)

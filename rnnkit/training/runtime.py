@@ -1,0 +1,117 @@
+"""Where and how a run computes: seeds, device, precision and strategy.
+
+`configure_runtime(train)` is called before a model is built: it seeds every generator
+with `train.seed`, applies `train.device` and `train.mixed_precision`, and returns the
+`tf.distribute` strategy that `train.strategy` asks for (rnnkit.training.strategies).
+`device_summary` and `versions` describe the result for the log and `run.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+from typing import TYPE_CHECKING, Any
+
+from rnnkit.errors import ConfigError
+from rnnkit.training.cluster import cluster_from_environment
+from rnnkit.training.strategies import is_multiworker, make_strategy
+
+if TYPE_CHECKING:
+    from rnnkit import config as config_lib
+
+log = logging.getLogger("rnnkit")
+
+
+def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:
+    """Seeds every generator, picks the device and precision; returns the strategy.
+
+    Call it before building a model. Two runs in fresh processes with the same seed and
+    device give identical weights and metrics on CPU. `one_device`: the model cannot
+    be mirrored, so `train.strategy=auto` keeps one device even on several GPUs.
+    """
+    import keras
+
+    keras.utils.set_random_seed(train.seed)
+    keras.mixed_precision.set_global_policy(
+        "mixed_float16" if train.mixed_precision else "float32"
+    )
+    if keras.backend.backend() != "tensorflow":
+        if train.device == "gpu" and not _backend_has_gpu():
+            raise ConfigError("train.device=gpu, but the Keras backend sees no GPU")
+        if train.strategy in ("mirrored", "multiworker"):
+            raise ConfigError(
+                f"train.strategy={train.strategy} uses tf.distribute, which needs the "
+                f"TensorFlow backend (KERAS_BACKEND is {keras.backend.backend()})"
+            )
+        return None
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
+    gpus = tf.config.list_physical_devices("GPU")
+    if train.device == "gpu" and not gpus:
+        raise ConfigError(
+            "train.device=gpu, but TensorFlow sees no GPU "
+            "(use --device cpu, or auto to take a GPU only when there is one)"
+        )
+    if train.device == "cpu" and gpus:
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:
+            if tf.config.get_visible_devices("GPU"):
+                raise ConfigError(
+                    "--device cpu must be chosen before TensorFlow starts using the "
+                    "GPU; run it in a fresh process"
+                ) from None
+    if one_device and train.strategy == "auto":
+        if len(tf.config.get_visible_devices("GPU")) > 1:
+            log.info("train.strategy=auto: one GPU, as this model cannot be mirrored")
+        return tf.distribute.get_strategy()
+    return make_strategy(train)
+
+
+def _backend_has_gpu() -> bool:
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return any(device.platform == "gpu" for device in jax.devices())
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    return False
+
+
+def device_summary(strategy: Any) -> str:
+    """A short description of where training runs, for logs and run.json."""
+    import keras
+
+    backend = keras.backend.backend()
+    if strategy is None or strategy.num_replicas_in_sync == 1:
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            kind = "GPU" if tf.config.get_visible_devices("GPU") else "CPU"
+            return f"{backend}, one {kind} device"
+        return f"{backend}, default device"
+    devices = ", ".join(strategy.extended.worker_devices)
+    if is_multiworker(strategy):
+        workers, index = cluster_from_environment()
+        return (
+            f"MultiWorkerMirroredStrategy, {strategy.num_replicas_in_sync} replicas "
+            f"on {workers} workers; this is worker {index}, on {devices}"
+        )
+    return f"{type(strategy).__name__} over {devices}"
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and the libraries a run depends on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("rnnkit", "keras", "tensorflow", "numpy", "keras-tuner"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found

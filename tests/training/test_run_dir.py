@@ -1,0 +1,66 @@
+"""rnnkit.training.run_dir: claiming, resuming and reading back a run directory.
+
+A whole run that writes one, is interrupted and resumed is in test_runner.py; here, the
+refusals, each before anything is trained."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rnnkit.errors import RnnkitError
+from rnnkit.training import run_dir
+from tests.training.test_runner import ToyConfig, ToyRecipe
+
+
+def test_a_new_run_dir_is_claimed_with_its_config_and_a_header(tmp_path):
+    claimed = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
+    assert claimed.parent == tmp_path / "toy"
+    config_file = claimed / run_dir.CONFIG_FILE
+    assert run_dir.recipe_of(config_file) == "toy"
+    assert config_file.read_text().startswith(
+        "# " + run_dir.config_header("toy").replace("\n", "\n# ")
+    )
+    # The same second again: a suffix, never the same folder.
+    again = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
+    assert again != claimed and again.parent == claimed.parent
+
+
+def test_a_used_directory_is_refused_unless_resumed(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RnnkitError, match="not empty.*--resume"):
+        run_dir.open_run_dir("toy", ToyConfig(), tmp_path, "runs", resume=False)
+    resumed = run_dir.open_run_dir("toy", ToyConfig(), tmp_path, "runs", resume=True)
+    assert resumed == tmp_path and (tmp_path / "notes.txt").exists()
+
+
+def test_resume_refuses_what_is_not_an_interrupted_run_of_this_recipe(tmp_path):
+    with pytest.raises(RnnkitError, match="not an rnnkit run directory"):
+        run_dir.prepare_resume(ToyRecipe(), tmp_path)
+    other = tmp_path / "other"
+    run_dir.open_run_dir("other", ToyConfig(), other, "runs", resume=False)
+    with pytest.raises(RnnkitError, match="a run of recipe 'other', not 'toy'"):
+        run_dir.prepare_resume(ToyRecipe(), other)
+    mine = run_dir.open_run_dir("toy", ToyConfig(), tmp_path / "mine", "", False)
+    assert run_dir.prepare_resume(ToyRecipe(), mine) == ToyConfig()
+
+
+def test_only_a_completed_run_is_loaded(tmp_path):
+    with pytest.raises(RnnkitError, match="not a completed rnnkit run"):
+        run_dir.load_run(tmp_path, lambda name: ToyRecipe())
+    (tmp_path / run_dir.RUN_FILE).write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(RnnkitError, match="damaged"):
+        run_dir.load_run(tmp_path, lambda name: ToyRecipe())
+    with pytest.raises(RnnkitError, match="no model file"):
+        run_dir.load_model(tmp_path / run_dir.MODEL_FILE)
+
+
+def test_history_is_read_as_numbers(tmp_path):
+    path = tmp_path / run_dir.HISTORY_FILE
+    assert run_dir.read_history(path) == []
+    path.write_text("epoch,loss\n1,0.5\n2,0.25\n")
+    assert run_dir.read_history(path) == [
+        {"epoch": 1.0, "loss": 0.5},
+        {"epoch": 2.0, "loss": 0.25},
+    ]
