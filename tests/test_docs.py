@@ -302,6 +302,7 @@ def test_recipe_page_command_is_valid(recipe_name, command, tmp_path, monkeypatc
 
     from rnnkit import cli, registry
     from rnnkit import config as config_lib
+    from rnnkit.cli.predict import split_predict_options
 
     monkeypatch.chdir(ROOT)  # the pages' paths are relative to the repository root
     words = shlex.split(command)
@@ -336,7 +337,7 @@ def test_recipe_page_command_is_valid(recipe_name, command, tmp_path, monkeypatc
         args[0] = placeholder
     context = command_obj.make_context(action, list(args))
     if action == "predict":
-        texts, overrides = cli._predict_options(recipe, list(args[1:]))
+        texts, overrides = split_predict_options(recipe, list(args[1:]))
         assert texts, command
         recipe.Config().with_values(overrides)
     if action == "evaluate":

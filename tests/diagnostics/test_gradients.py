@@ -1,5 +1,5 @@
-"""Tests for rnnkit.diagnostics: exact gradient norms of a linear RNN, spectral norms,
-clipping statistics against Keras' own global-norm clipping."""
+"""Tests for rnnkit.diagnostics.gradients: exact gradient norms of a linear RNN,
+spectral norms, clipping statistics against Keras' own global-norm clipping."""
 
 import keras
 import numpy as np
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from rnnkit import diagnostics
 from rnnkit.layers import SimpleRNN, SimpleRNNCell
-from rnnkit.models.language_model import LanguageModel
+from tests.diagnostics.support import tiny_model
 
 STEPS, UNITS = 12, 5
 
@@ -90,13 +90,6 @@ def test_spectral_norms_match_the_singular_values():
         assert found[key] == pytest.approx(value, rel=1e-6)
 
 
-def tiny_model():
-    keras.utils.set_random_seed(6)
-    model = LanguageModel(list("abcdef"), "simple_rnn", 4, 6, num_layers=1)
-    model.build()
-    return model
-
-
 def test_clipping_statistics_match_keras_global_clipnorm():
     ids = np.random.default_rng(7).integers(0, 6, size=(4, 9)).astype("int32")
     batch = (ids[:, :-1], ids[:, 1:])
@@ -129,52 +122,3 @@ def test_spectral_tracker_records_during_fit():
     last = tracker.rows[-1]["sigma_max"]
     kernel = model.recurrent_layers[0].cell.recurrent_kernel.numpy()
     assert last == pytest.approx(np.linalg.norm(kernel, 2), rel=1e-6)
-
-
-def test_diagnose_writes_csv_and_png(tmp_path):
-    model = tiny_model()
-    probe = diagnostics.probe_windows(np.arange(60) % 6, count=3, length=9)
-    batches = diagnostics.random_batches(np.arange(200) % 6, 4, 8, steps=4, seed=0)
-    tracker = diagnostics.SpectralNormTracker(model.recurrent_layers, every=2)
-    rows = diagnostics.train_with_clipping(
-        model, batches, keras.optimizers.Adam(0.01), 1.0, tracker
-    )
-    written = diagnostics.diagnose_language_model(
-        {"simple_rnn": (tiny_model(), model)},
-        probe,
-        tmp_path,
-        clipping={"simple_rnn": rows},
-        spectral={"simple_rnn": tracker.rows},
-    )
-    assert sorted(written) == sorted(
-        f"{name}.{ext}"
-        for name in ("gradient_norms", "clipping", "spectral_norms")
-        for ext in ("csv", "png")
-    )
-    assert (tmp_path / "gradient_norms.png").read_bytes()[:4] == b"\x89PNG"
-    lines = (tmp_path / "gradient_norms.csv").read_text().splitlines()
-    assert lines[0].startswith("model,state,distance,mean_norm")
-    assert len(lines) == 1 + 2 * 8
-
-
-def test_diagnose_command_compares_fresh_cells_on_real_text(tmp_path):
-    from click.testing import CliRunner
-
-    from rnnkit.cli import main
-
-    output = tmp_path / "diagnostics"
-    result = CliRunner().invoke(
-        main,
-        ["diagnose", "--cell", "simple_rnn", "--cell", "gru", "--steps", "3",
-         "--window", "12", "--units", "8", "--output", str(output)],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output[-2000:]
-    rows = (output / "gradient_norms.csv").read_text().splitlines()[1:]
-    assert {tuple(row.split(",")[:2]) for row in rows} == {
-        (cell, state)
-        for cell in ("simple_rnn", "gru")
-        for state in ("fresh", "trained")
-    }
-    clipping = (output / "clipping.csv").read_text().splitlines()
-    assert len(clipping) == 1 + 2 * 3
-    assert (output / "spectral_norms.png").is_file()

@@ -1,0 +1,45 @@
+"""`rnnkit evaluate RUN_DIR`: the saved model of a run on the test split again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rnnkit import config as config_lib
+from rnnkit import registry
+from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
+
+
+@click.command()
+@click.argument(
+    "run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path)
+)
+@click.option("--data", "data_path", help="Evaluate on this data instead (data.path).")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the metrics to this JSON file.",
+)
+def evaluate(
+    run_dir: Path,
+    data_path: str | None,
+    assignments: tuple[str, ...],
+    output: Path | None,
+) -> None:
+    """Evaluate the saved model of RUN_DIR on the test split (no retraining)."""
+    load_frameworks()
+    from rnnkit.training import runner
+
+    with user_errors():
+        recipe, config, model = runner.load_run(run_dir, registry.load)
+        overrides = config_lib.parse_assignments(recipe.Config, list(assignments))
+        if data_path is not None:
+            overrides["data.path"] = data_path
+        config = config.with_values(overrides)
+        runner.configure_runtime(config.train)
+        metrics = {"test": recipe.evaluate(model, recipe.load_data(config), config)}
+        if output is not None:
+            runner.write_json(output, metrics)
+    print_metrics(metrics)

@@ -1,0 +1,118 @@
+"""What `rnnkit diagnose` diagnoses: fresh one-layer language models of each cell on
+a text, or the model of a language-model run beside a fresh copy.
+
+The command loads the recipe and the run (recipes and runs are above this package);
+these functions are handed the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+from rnnkit import config as config_lib
+from rnnkit.diagnostics.report import compare_models, probe_windows
+from rnnkit.errors import RnnkitError
+
+# The recipe whose data (`tokens`, `train_ids`, `test_ids`) fresh cells read: its
+# `data.path` and `data.level` keys are the command's `--data` and `--level`.
+TEXT_RECIPE = "language_model"
+# Compared when no cell is named, the cell that forgets first (the order colours the
+# curves of docs/images/vanishing_gradients.png).
+FRESH_CELLS = ("simple_rnn", "lstm", "gru")
+
+
+def text_recipe(
+    load_recipe: Callable[[str], Any],
+    data_path: str | None,
+    level: str,
+    seed: int,
+) -> tuple[Any, Any]:
+    """The recipe (`load_recipe(TEXT_RECIPE)`, e.g. `rnnkit.registry.load`) and its
+    config for reading the text of fresh cells one token at a time."""
+    recipe = load_recipe(TEXT_RECIPE)
+    config = config_lib.resolve(
+        recipe.Config,
+        None,
+        {
+            "data.path": data_path,
+            "data.level": level,
+            "train.seed": seed,
+            "train.batch_size": 1,
+            "train.bptt": 1,
+        },
+    )
+    return recipe, config
+
+
+def check_run(model: Any, recipe_name: str, run_dir: Path) -> None:
+    """Raises `RnnkitError` unless the run's model is a `LanguageModel`."""
+    from rnnkit.models.language_model import LanguageModel
+
+    if not isinstance(model, LanguageModel):
+        raise RnnkitError(
+            f"{run_dir} is a run of recipe {recipe_name!r}; rnnkit diagnose reads "
+            "language_model runs"
+        )
+
+
+def fresh_and_trained(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """{cell: fresh copy}, {cell: model} for a trained `LanguageModel`: the copy has
+    the same settings and new weights (from the global seed), both stateless."""
+    from rnnkit.models.language_model import LanguageModel
+
+    trained = model.with_batch_size(None, stateful=False)
+    settings = {**model.get_config(), "stateful": False, "batch_size": None}
+    settings.pop("name", None)
+    fresh = LanguageModel.from_config(settings)
+    fresh.build()
+    label = model.cell_type
+    return {label: fresh}, {label: trained}
+
+
+def fresh_language_models(
+    tokens: Sequence[str], cells: Iterable[str], units: int, seed: int
+) -> dict[str, Any]:
+    """{cell: one-layer `LanguageModel`}, each initialised from `seed`."""
+    from rnnkit.models.language_model import LanguageModel
+
+    fresh = {}
+    for cell in cells:
+        keras.utils.set_random_seed(seed)
+        model = LanguageModel(tokens, cell, embedding_dim=32, units=units, num_layers=1)
+        model.build()
+        fresh[cell] = model
+    return fresh
+
+
+def diagnose(
+    fresh: dict[str, Any],
+    train_ids: np.ndarray,
+    test_ids: np.ndarray,
+    output_dir: Path,
+    *,
+    trained: dict[str, Any] | None = None,
+    window: int = 100,
+    steps: int = 300,
+    learning_rate: float = 0.002,
+    clipnorm: float = 1.0,
+    seed: int = 0,
+) -> dict[str, Path]:
+    """`compare_models` with Adam, measured on 16 windows of `window` steps spread
+    over `test_ids`; returns {name: path} of the files written."""
+    probe = probe_windows(test_ids, 16, window + 1)
+    return compare_models(
+        fresh,
+        train_ids,
+        probe,
+        output_dir,
+        trained=trained,
+        steps=steps,
+        make_optimizer=lambda: keras.optimizers.Adam(learning_rate),
+        clipnorm=clipnorm,
+        seed=seed,
+    )
