@@ -32,9 +32,9 @@ def _cluster_options(params: dict[str, Any]) -> str | None:
                 "--workers and --worker-index go together: every machine gets the "
                 "same --workers HOST:PORT,... and its own --worker-index (0: chief)"
             )
-        from rnnkit.training import distributed
+        from rnnkit.training.cluster import write_tf_config
 
-        cluster = distributed.write_tf_config(workers, index)
+        cluster = write_tf_config(workers, index)
     count = len(cluster["cluster"]["worker"])
     role = "the chief" if index == 0 else "a worker"
     return f"worker {index} of {count} ({role}) in TF_CONFIG"

@@ -4,5 +4,5 @@
 - run_dir: the run directory's files, claiming, resuming and reading it back;
 - runtime: seeds, device, precision, and which strategy (`configure_runtime`);
 - cluster, strategies, text_split, multi_worker: several devices and machines
-  (gathered in `distributed`; docs/guides/distributed.md).
+  (docs/guides/distributed.md).
 """

@@ -8,9 +8,9 @@ never call `fit` themselves; tuning trials train through `fit` and
 `tuning_callbacks` too.
 
 Where it trains comes from rnnkit.training.runtime (seeds, device, strategy); several
-devices and machines from rnnkit.training.distributed. The command line and the
-recipes reach the run directory's names (`runner.load_run`, `runner.CONFIG_FILE`, ...)
-through this module as well.
+devices and machines from rnnkit.training.cluster, strategies, text_split and
+multi_worker. The command line and the recipes reach the run directory's names
+(`runner.load_run`, `runner.CONFIG_FILE`, ...) through this module as well.
 """
 
 from __future__ import annotations
