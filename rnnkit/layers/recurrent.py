@@ -73,9 +73,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       `rnnkit.layers._bptt.run`. Without them a training call differentiates the
       loop automatically.
 
-    Under a mixed-precision policy the gates run in the compute dtype (float16) but
-    the carried states stay float32, so that small updates are not rounded away over
-    long sequences.
+    Under mixed precision the gates run in float16, the carried states in float32.
 
     Args:
         units: Positive integer, the size of the state.
@@ -282,8 +280,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
 class _CellArgument:
     """A read-only layer attribute that is its cell's argument of the same name, as
-    `keras.layers.LSTM` has `units`, `dropout`, ... (an `AttributeError` where the
-    cell has no such argument)."""
+    on `keras.layers.LSTM` (`AttributeError` where the cell has no such argument)."""
 
     def __set_name__(self, owner, name):
         self.name = name
@@ -325,13 +322,11 @@ class RecurrentLayer(keras.layers.RNN):
        (`batch_shards`), and in training with the hand-written backward pass
        where the cell has one.
 
-    `execution_path` is set while the call is traced: eagerly that is every call,
-    but inside a `tf.function` (as in `Model.fit`) it describes the trace.
+    `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
-    A subclass passes its cell and may implement `_cudnn_blockers(training)` and
-    `_run_cudnn(...)` (cuDNN), `_torch_kernel()` and `_torch_weights()` (PyTorch),
-    and `_fused_activations()`; see `rnnkit.layers._kernels`. It sets `cell_class`,
-    its cell's class, for the registry (`rnnkit.layers.get_recurrent`).
+    A subclass sets `cell_class` (for `rnnkit.layers.get_recurrent`), passes its
+    cell, and may implement the kernel hooks `_cudnn_blockers`, `_run_cudnn`,
+    `_torch_kernel`, `_torch_weights`, `_fused_activations` (`_kernels`).
 
     Args:
         cell: A `RecurrentCell`.
@@ -429,8 +424,7 @@ class RecurrentLayer(keras.layers.RNN):
         return ["no fused kernel for this cell"]
 
     def _run_cudnn(self, sequences, initial_state, mask, training):
-        """The cuDNN kernel's (last output, outputs, states), or
-        `NotImplementedError`."""
+        """cuDNN's (last output, outputs, states), or `NotImplementedError`."""
         raise NotImplementedError
 
     def _fused_activations(self) -> tuple[str, ...]:
