@@ -77,9 +77,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
 
     Args:
         units: Positive integer, the size of the state.
-        activation, use_bias, the initializers, regularizers and constraints of
-            `kernel`, `recurrent_kernel` and `bias`, dropout, recurrent_dropout,
-            seed: As for `keras.layers.SimpleRNNCell`, with the same defaults.
+        activation, use_bias, dropout, recurrent_dropout, seed: As for
+            `keras.layers.SimpleRNNCell`, with the same defaults, as are the
+            initializers, regularizers and constraints of the three weights.
 
     A complete new cell, registered and used by name: docs/guides/own-cell.md.
     """
