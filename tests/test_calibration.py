@@ -1,6 +1,9 @@
 """`rnnkit calibrate` and rnnkit.layers.calibration: XLA-or-plain measured per machine.
 
-Each test has a cache folder of its own (tests/conftest.py), empty at first.
+Each test here has a cache folder of its own, empty at first, and leaves no
+calibration loaded (`_own_cache`). Elsewhere no fixture is needed: the layers follow
+a calibration only once it is loaded (`calibration.load`), which no test outside
+this file does.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ from rnnkit.layers import GRU, LSTM, SimpleRNN, calibration
 from tests.cli_support import error_line, invoke
 
 XLA = "XLA-compiled"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """The cache in a folder of this test's (made when the test writes to it), and
+    nothing loaded before or after."""
+    monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path / "cache"))
+    calibration.unload()
+    yield
+    calibration.unload()
 
 
 def measured(layer_cls, mode, steps, units, compile, batch=8):
@@ -94,6 +107,7 @@ def test_layers_follow_the_machines_measurement_over_their_default():
             measured(GRU, "inference", 6, 8, False),
         ]
     )
+    assert len(calibration.load()) == 2
     for layer_cls, compiled in ((LSTM, True), (GRU, False)):
         layer = layer_cls(8)
         path, outputs = traced_path(layer)
@@ -119,6 +133,7 @@ def test_the_nearest_measured_shape_decides():
             measured(SimpleRNN, "inference", 400, 128, False),
         ]
     )
+    calibration.load()
     choice = calibration.measured_choice
     assert choice(SimpleRNN(24).cell, False, 50, 8) is True  # units nearest 16
     assert choice(SimpleRNN(300).cell, False, 50, 8) is False  # nearest 512
@@ -132,9 +147,29 @@ def test_the_nearest_measured_shape_decides():
 
 def test_another_machines_measurements_are_not_used(monkeypatch):
     calibration.record([measured(LSTM, "inference", 6, 8, True)])
+    calibration.load()
     assert XLA in traced_path(LSTM(8))[0]
     monkeypatch.setattr(calibration, "machine_key", lambda: "another CPU, 4 cores")
     assert calibration.measurements() == []
+    assert calibration.load() == []
+    assert XLA not in traced_path(LSTM(8))[0]
+
+
+def test_layers_follow_only_a_loaded_calibration(tmp_path):
+    """The cache file alone changes nothing: a process loads it where it chooses
+    (`load`, or `loaded` for a block), from the default place or from another."""
+    calibration.record([measured(LSTM, "inference", 6, 8, True)])
+    assert XLA not in traced_path(LSTM(8))[0]
+    with calibration.loaded() as found:
+        assert len(found) == 1
+        assert XLA in traced_path(LSTM(8))[0]
+    assert XLA not in traced_path(LSTM(8))[0]
+    elsewhere = tmp_path / "elsewhere.json"
+    calibration.cache_file().rename(elsewhere)
+    assert calibration.measurements() == []
+    assert len(calibration.load(elsewhere)) == 1
+    assert XLA in traced_path(LSTM(8))[0]
+    calibration.unload()
     assert XLA not in traced_path(LSTM(8))[0]
 
 
@@ -143,7 +178,8 @@ def test_an_unreadable_cache_warns_once_and_the_defaults_decide():
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.warns(RuntimeWarning, match="unreadable.*calibrate --forget"):
-        assert XLA not in traced_path(LSTM(8))[0]
+        assert calibration.load() == []
+    assert XLA not in traced_path(LSTM(8))[0]
     with pytest.raises(calibration.CalibrationError, match=str(path)):
         calibration.measurements()
     # A file of the wrong structure is as unreadable as broken JSON.
@@ -178,7 +214,8 @@ def test_an_unreadable_cache_warns_once_and_the_defaults_decide():
     with pytest.raises(calibration.CalibrationError, match="malformed measurement"):
         calibration.measurements()
     with pytest.warns(RuntimeWarning, match="malformed measurement"):
-        assert XLA not in traced_path(LSTM(8))[0]
+        assert calibration.load() == []
+    assert XLA not in traced_path(LSTM(8))[0]
     assert calibration.forget() is True
     assert not path.exists()
     assert calibration.measurements() == []

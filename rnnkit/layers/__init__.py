@@ -1,7 +1,9 @@
 """Recurrent and attention layers written from the textbook equations.
 
 Every layer is weight-compatible with the Keras built-in of the same name and is
-registered for `.keras` serialization under the package name "rnnkit".
+registered for `.keras` serialization under the package name "rnnkit". A new
+recurrent cell subclasses `RecurrentCell` and `RecurrentLayer` and registers its
+layer by name (`register_recurrent`, or an entry point): docs/guides/own-cell.md.
 """
 
 from rnnkit.layers.bahdanau_attention import BahdanauAttention
@@ -10,5 +12,6 @@ from rnnkit.layers.gru import GRU, GRUCell
 from rnnkit.layers.lstm import LSTM, LSTMCell
 from rnnkit.layers.multi_head_attention import MultiHeadAttention
 from rnnkit.layers.positional_encoding import PositionalEncoding
+from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 from rnnkit.layers.registry import get_recurrent, get_recurrent_cell, register_recurrent
 from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell

@@ -2,7 +2,7 @@
 
 rnnkit's layers compile their inner loops with XLA (`tf.function(jit_compile=True)`)
 where it was measured to be faster: the Bahdanau per-query loop (`_bahdanau_xla`) and
-the recurrent layers' time loops (`_bptt`, `_rnn_base`). XLA fuses each step's
+the recurrent layers' time loops (`_bptt`, `_loops`). XLA fuses each step's
 element-wise operations into one pass and runs the loop without TensorFlow's
 per-operation dispatch; it compiles once per input shape.
 """

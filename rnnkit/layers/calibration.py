@@ -2,29 +2,32 @@
 
 With `jit_compile=None` (the default), `LSTM`, `GRU` and `SimpleRNN` compile their
 time loop with XLA on TensorFlow where that is faster than TensorFlow's plain loop.
-Which is faster depends on the CPU: XLA fuses a step's element-wise work, while
-TensorFlow runs independent matmuls of a step side by side on the cores, and how
-those weigh differs from one CPU to another and from one shape to another.
+Which is faster depends on the CPU and the shape: XLA fuses a step's element-wise
+work, while TensorFlow runs independent matmuls of a step side by side on the cores.
 
 `calibrate()` (or `rnnkit calibrate`) times both loops here, side by side in one
 process, for each layer, mode (training, inference) and shape asked for, and writes
 the result to a cache file keyed by this machine (the CPU model and its family,
-vector extensions, visible cores, and the TensorFlow version). From then on, in
-every process on this machine, `jit_compile=None` follows the measurement of the
-same cell class and mode at the measured shape nearest to the call's (by the ratio
-of units, then steps, then batch). Without one, each cell's `xla_pays` decides:
-a choice measured on a 2-core AVX-512 AMD EPYC (`benchmarks/xla_loops.py`).
+vector extensions, visible cores, and the TensorFlow version).
 
-It measures the steady state: compilation, 0.1-1.6 s per layer and input shape (the
-last, smaller batch of an epoch is another shape), is not counted. A long training
-run earns it back; a short run of a small model may not, where Keras' own work per
-step outweighs the loop's. At 32 and 64 units, for example, XLA made every cell's
-loop 9-50% faster on that EPYC, yet `rnnkit run stock` (two LSTM(32) layers, eight
-epochs of one second each) took 20.1 and 20.6 s with it against 18.5 and 16.2 s
-without. So the defaults do not compile small LSTMs; a calibration may choose to.
+The layers never read that file. A process that wants them to follow it loads it,
+once, at a point of its own choosing: `load()` (or `with loaded():` for a block);
+`rnnkit run` does so at the start of a run. From then on `jit_compile=None` follows
+the loaded measurement of the same cell class and mode at the measured shape nearest
+to the call's (by the ratio of units, then steps, then batch); without one, each
+cell's `xla_pays` decides. Only the speed depends on it, never a layer's numbers,
+and `execution_path` says "XLA-compiled" when the loop was.
+
+It measures the steady state: compilation (per layer and input shape) is not
+counted, so a short run of a small model may not earn it back
+(docs/performance.md, "Calibrated per machine").
 
 The cache lives in `$RNNKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/rnnkit`, else
-`~/.cache/rnnkit`, as `xla_loops.json`, written atomically.
+`~/.cache/rnnkit`, as `xla_loops.json`, written atomically; `load(path)` reads
+another file.
+
+One module over 500 lines on purpose: the cache's format, loading it and measuring
+for it change together, behind the one public face of `rnnkit calibrate`.
 
     >>> from rnnkit.layers import calibration
     >>> [found] = calibration.calibrate(
@@ -36,6 +39,7 @@ The cache lives in `$RNNKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/rnnkit`, else
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -50,11 +54,12 @@ from pathlib import Path
 
 from rnnkit.errors import RnnkitError
 
+# The layers measured by default; any registered one can be (`layer_class`).
 FAMILIES = ("GRU", "LSTM", "SimpleRNN")
 MODES = ("training", "inference")
 DEFAULT_SHAPES = ((100, 256), (200, 512))
 # Compile where XLA was at least this much faster (median of the rounds): a gain
-# within the rounds' noise does not pay for the compilation (0.4-1.6 s per shape).
+# within the rounds' noise does not pay for the compilation.
 MIN_GAIN = 0.03
 # Each model's calls in one round of the timing fill about this long.
 ROUND_SECONDS = 0.25
@@ -219,10 +224,53 @@ def _check(item: Measurement) -> None:
         raise ValueError(f"a malformed measurement {dataclasses.asdict(item)}")
 
 
-def measurements() -> list[Measurement]:
-    """This machine's cached measurements (empty when it has none)."""
-    entry = _read(cache_file()).get("machines", {}).get(machine_key(), {})
+def measurements(path: Path | None = None) -> list[Measurement]:
+    """This machine's measurements in the cache file `path` (by default
+    `cache_file()`); empty when it has none."""
+    path = cache_file() if path is None else Path(path)
+    entry = _read(path).get("machines", {}).get(machine_key(), {})
     return [Measurement(**item) for item in entry.get("measurements", [])]
+
+
+# The measurements `jit_compile=None` follows in this process; None: none loaded.
+_loaded: list[Measurement] | None = None
+
+
+def load(path: Path | None = None) -> list[Measurement]:
+    """Makes this machine's cached measurements (in `path`, by default
+    `cache_file()`) the ones the layers' `jit_compile=None` follows in this process,
+    until `unload()`, and returns them. The one place the layers' choices come from
+    the cache: a layer never reads it itself. An unreadable cache warns and loads
+    nothing, so the defaults decide (`rnnkit calibrate --forget` mends it)."""
+    global _loaded
+    try:
+        found = measurements(path)
+    except CalibrationError as error:
+        warnings.warn(
+            f"{error}. Until then the layers use their default XLA choices.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        found = []
+    _loaded = found
+    return found
+
+
+def unload() -> None:
+    """Forgets the loaded measurements: the cells' `xla_pays` decide again."""
+    global _loaded
+    _loaded = None
+
+
+@contextlib.contextmanager
+def loaded(path: Path | None = None):
+    """`load(path)` for the block, then back to what was loaded before it."""
+    global _loaded
+    previous = _loaded
+    try:
+        yield load(path)
+    finally:
+        _loaded = previous
 
 
 def record(found: Iterable[Measurement]) -> Path:
@@ -274,24 +322,12 @@ def _slot(item: Measurement) -> tuple:
     return (item.cell, item.mode, item.steps, item.units, item.batch, item.features)
 
 
-_warned: set = set()
-
-
 def measured_choice(cell, training: bool, steps: int | None, batch: int | None):
-    """The cached choice (True: compile) for `cell`'s class and mode at the measured
-    shape nearest to (units, steps, batch), or None without a measurement. An
-    unreadable cache warns once and counts as none."""
-    try:
-        found = measurements()
-    except CalibrationError as error:
-        if str(error) not in _warned:
-            _warned.add(str(error))
-            warnings.warn(
-                f"{error}. Until then the layers use their default XLA choices.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+    """The loaded choice (True: compile) for `cell`'s class and mode at the measured
+    shape nearest to (units, steps, batch), or None without a loaded measurement."""
+    if not _loaded:
         return None
+    found = _loaded
     name = _cell_name(type(cell))
     mode = "training" if training else "inference"
     candidates = [m for m in found if m.cell == name and m.mode == mode]
@@ -326,23 +362,22 @@ def measure(
     round_seconds: float = ROUND_SECONDS,
     min_gain: float = MIN_GAIN,
 ) -> Measurement:
-    """Times `family(units)` (one of `FAMILIES`) with `jit_compile=True` and `False`:
-    the same weights, layer -> Dense(1), Adam, MSE, `batch` random sequences of
-    `steps` x `features`; a training step (`train_on_batch`) or an inference
-    (`predict_on_batch`), both warmed up twice (tracing and compiling), then
-    `rounds` interleaved rounds in which each runs as many calls (at least three) as
-    fill about `round_seconds` (timer noise swamps rounds of a few milliseconds)."""
+    """Times `family(units)` (a registered layer, `layer_class`) with
+    `jit_compile=True` and `False`: the same weights, layer -> Dense(1), Adam, MSE,
+    `batch` random sequences of `steps` x `features`; a training step
+    (`train_on_batch`) or an inference (`predict_on_batch`), both warmed up twice
+    (tracing and compiling), then `rounds` interleaved rounds in which each runs as
+    many calls (at least three) as fill about `round_seconds` (timer noise swamps
+    rounds of a few milliseconds)."""
     import keras
     import numpy as np
-
-    import rnnkit.layers
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, steps, features), dtype=np.float32)
     y = rng.standard_normal((batch, 1), dtype=np.float32)
     models = {}
     for jit in (True, False):
-        layer = getattr(rnnkit.layers, family)(units, jit_compile=jit)
+        layer = layer_class(family)(units, jit_compile=jit)
         model = keras.Sequential(
             [keras.Input((steps, features)), layer, keras.layers.Dense(1)]
         )
@@ -389,6 +424,34 @@ def measure(
     )
 
 
+def layer_classes() -> dict[str, type]:
+    """Every registered recurrent layer (`rnnkit.layers.get_recurrent`), by its
+    class's name ("GRU") and by its registered name ("gru")."""
+    from rnnkit.layers import registry
+
+    found = {}
+    for name in registry.recurrent_layer_names():
+        layer_cls = registry.get_recurrent(name)
+        found[layer_cls.__name__] = found[name] = layer_cls
+    return found
+
+
+def layer_class(family: str) -> type:
+    """The layer class that `family` names (a key of `layer_classes()`)."""
+    found = layer_classes()
+    if family not in found:
+        raise CalibrationError(_unknown_families([family], found))
+    return found[family]
+
+
+def _unknown_families(unknown, found) -> str:
+    names = sorted({cls.__name__ for cls in found.values()})
+    return (
+        f"unknown or no family: {', '.join(map(str, unknown)) or 'none given'}"
+        f" (choose from {', '.join(names)})"
+    )
+
+
 def check_can_calibrate() -> None:
     """Raises `CalibrationError` where `jit_compile=None` never compiles, so that
     there is nothing to calibrate: another backend, no XLA, a visible GPU."""
@@ -431,21 +494,22 @@ def calibrate(
     save: bool = True,
     report: Callable[[Measurement], None] | None = None,
 ) -> list[Measurement]:
-    """Measures (`measure`) each family, shape (steps, units) and mode here, and
-    with `save` caches the choices for this machine (`record`). `report` is called
-    with each measurement as soon as it is taken. Bad arguments and a machine where
-    nothing can be calibrated raise `CalibrationError`."""
+    """Measures (`measure`) each family (a registered layer: its class's name or
+    its registered name), shape (steps, units) and mode here, and with `save`
+    caches the choices for this machine (`record`; `load` them to use them).
+    `report` is called with each measurement as soon as it is taken. Bad arguments
+    and a machine where nothing can be calibrated raise `CalibrationError`."""
     families, modes, shapes = list(families), list(modes), list(shapes)
-    for name, values, allowed in (
-        ("family", families, FAMILIES),
-        ("mode", modes, MODES),
-    ):
-        unknown = [v for v in values if v not in allowed]
-        if unknown or not values:
-            raise CalibrationError(
-                f"unknown or no {name}: {', '.join(map(str, unknown)) or 'none given'}"
-                f" (choose from {', '.join(allowed)})"
-            )
+    known = layer_classes()
+    unknown = [family for family in families if family not in known]
+    if unknown or not families:
+        raise CalibrationError(_unknown_families(unknown, known))
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown or not modes:
+        raise CalibrationError(
+            f"unknown or no mode: {', '.join(map(str, unknown)) or 'none given'}"
+            f" (choose from {', '.join(MODES)})"
+        )
     if not shapes or any(len(shape) != 2 or min(shape) < 1 for shape in shapes):
         raise CalibrationError(
             f"shapes must be (steps, units) pairs of positive integers, got {shapes}"

@@ -5,13 +5,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from rnnkit.layers._rnn_base import (
-    RecurrentCell,
-    RecurrentLayer,
-    _activation_name,
-    derivative_from_output,
-    keras_backend,
-)
+from rnnkit._keras_private import backend as keras_backend
+from rnnkit.layers import _kernels
+from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 UPDATE_GATE, RESET_GATE, CANDIDATE = range(3)
 
@@ -168,13 +165,9 @@ class GRUCell(RecurrentCell):
     bptt_num_emitted = 2  # G_x = [z' r' n'], G_h = [z' r' n' r_t]
 
     def xla_pays(self, training, side_by_side=False):
-        """Training and inference. `benchmarks/xla_loops.py` (2-core AVX-512 AMD
-        EPYC, batch 64, input 64, 15 interleaved rounds), XLA against the plain
-        loop: training +15% (100 steps x 256 units) and +8% (200 x 512), inference
-        +48% and +26%; split into one loop per core (`batch_shards`), training +5%
-        and +8%, inference +10% and +1%. XLA fuses the step's element-wise work
-        (the split of the one recurrent matmul, the reset gate, the
-        interpolation)."""
+        """Training and inference: XLA fuses the step's element-wise work (the
+        split of the one recurrent matmul, the reset gate, the interpolation).
+        Evidence: docs/performance.md, "XLA-compiled loops"."""
         return True
 
     def bptt_blockers(self):
@@ -250,7 +243,7 @@ class GRUCell(RecurrentCell):
     def get_config(self):
         return {
             **super().get_config(),
-            "recurrent_activation": _activation_name(self.recurrent_activation),
+            "recurrent_activation": activation_name(self.recurrent_activation),
             "reset_after": self.reset_after,
         }
 
@@ -261,16 +254,25 @@ class GRU(RecurrentLayer):
 
     Runs `GRUCell` over a sequence. Takes the arguments of `keras.layers.GRU` and
     stores the same weights, so `gru.set_weights(keras_gru.get_weights())` (and the
-    reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
-    configuration that cuDNN supports (tanh/sigmoid, `use_bias`,
-    `reset_after=True`, no `recurrent_dropout`, no `unroll`, right-padded masks)
-    runs through the fused cuDNN kernel with the same weights. With the PyTorch
-    backend, on the CPU too, such a configuration (right-padded masks read forwards)
-    runs PyTorch's own `torch.gru` (`rnnkit.layers._torch_rnn`). Otherwise a generic
-    loop runs the cell, and a training call on TensorFlow differentiates it with the
-    hand-written backward pass of `rnnkit.layers._bptt` (weight gradients as one
-    matmul over all steps). `execution_path` says which path the last call took and
-    why.
+    reverse) gives the same outputs. It runs the first path that can serve a call
+    (`RecurrentLayer`; `execution_path` says which ran and why):
+
+    1. The fused cuDNN kernel, with the same weights, on the TensorFlow backend
+       where all of these hold:
+        1. a GPU is visible;
+        2. `activation="tanh"` and `recurrent_activation="sigmoid"`;
+        3. `use_bias=True`;
+        4. `reset_after=True`;
+        5. `recurrent_dropout=0`;
+        6. `unroll=False`;
+        7. no mask, or a right-padded one without a fully masked row;
+        8. `use_cudnn` is not `False`.
+    2. On the PyTorch backend, on the CPU too, PyTorch's own `torch.gru`
+       (`rnnkit.layers._torch_rnn`) under the same conditions (float32, no GPU
+       needed, right-padded masks read forwards).
+    3. Otherwise the generic loop over the cell; a training call on TensorFlow
+       differentiates it with the hand-written backward pass of
+       `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
 
     Args:
         units, activation, recurrent_activation, use_bias: As for `GRUCell`.
@@ -292,28 +294,14 @@ class GRU(RecurrentLayer):
         use_cudnn: `"auto"` (use the fused kernel when possible: cuDNN, or
             PyTorch's on that backend), `True` (fail if not possible) or `False`.
             Default: `"auto"`.
-        jit_compile: None (default), True or False. Whether the generic loop runs
-            compiled by XLA on TensorFlow. None: where that was measured to be
-            faster, by `rnnkit calibrate` on this machine, else on one CPU
-            (training and inference; `cell.xla_pays`), on a CPU, inside a traced
-            function (`fit`, `predict`, `tf.function`), for a static number of
-            steps (XLA compiles once per input shape); True: always (an error
-            where it cannot be); False: never.
-            `execution_path` says "XLA-compiled" when it is.
-        batch_shards: None (default) or a positive integer. On TensorFlow, run the
-            generic loop as this many independent loops over consecutive slices of
-            the batch, which TensorFlow runs at once, one per inter-op thread: a
-            loop of small matmuls and element-wise steps keeps one core busy better
-            than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads; half as many for each
-            direction of a `Bidirectional`, whose two loops run side by side
-            already, and likewise per replica of a strategy over this machine's
-            CPUs) of at least 8 rows each, in a traced call on a CPU with a
-            batch size known when traced; 1: never.
-            The result is the same as in one loop; `execution_path` says "batch in
-            N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, where two loops run one after the other (measured
-            slower there).
+        jit_compile: None (default), True or False: whether the generic loop runs
+            XLA-compiled on TensorFlow (`RecurrentLayer`); None follows a loaded
+            calibration, else `GRUCell.xla_pays`. Evidence:
+            docs/performance.md, "XLA-compiled loops".
+        batch_shards: None (default) or a positive integer: the generic loop's
+            batch in this many loops side by side on TensorFlow
+            (`RecurrentLayer`). Evidence: docs/performance.md, "One loop per core:
+            `batch_shards`".
 
     Call arguments:
         sequences: (batch, time, features).
@@ -403,8 +391,8 @@ class GRU(RecurrentLayer):
         )
 
     def _cudnn_blockers(self, training):
-        reasons = self._generic_blockers(training)
-        recurrent = _activation_name(self.cell.recurrent_activation)
+        reasons = _kernels.fused_blockers(self)
+        recurrent = activation_name(self.cell.recurrent_activation)
         if recurrent != "sigmoid":
             reasons.append(f"recurrent_activation={recurrent}")
         if not self.cell.reset_after:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from rnnkit.layers._rnn_base import (
-    RecurrentCell,
-    RecurrentLayer,
-    _activation_name,
-    derivative_from_output,
-    keras_backend,
-)
+from rnnkit._keras_private import backend as keras_backend
+from rnnkit.layers import _kernels
+from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 INPUT_GATE, FORGET_GATE, CANDIDATE, OUTPUT_GATE = range(4)
 
@@ -141,28 +138,18 @@ class LSTMCell(RecurrentCell):
     def xla_pays(self, training, side_by_side=False):
         """Where the loop runs beside others (the batch split into one loop per
         core, `batch_shards`, or one direction of a `Bidirectional`), in training
-        and inference; else never. `benchmarks/xla_loops.py` (2-core AVX-512 AMD
-        EPYC, batch 64, input 64, 9 interleaved rounds), XLA against the plain
-        loop, each in two shards: training +14% (100 steps x 256 units) and +9%
-        (200 x 512), inference +6% and +10%, and +45% / +25% at 100 x 64; in a
-        `Bidirectional` (100 x 256, 7 rounds) +8% and +2%. In one loop alone (15
-        rounds): +1% and 0% in training, -12% and -4% in inference. One plain
-        loop runs the four gate matmuls of a step side by side on the two cores,
-        which XLA's CPU loop does not; once each core runs a loop of its own, that
-        no longer counts and XLA's fusion of the element-wise work does.
-        `jit_compile=True` always compiles."""
+        and inference; else never: one plain loop runs the four gate matmuls of a
+        step side by side on the cores, which XLA's CPU loop does not, and once each
+        core runs a loop of its own XLA's fusion of the element-wise work pays.
+        `jit_compile=True` always compiles. Evidence: docs/performance.md,
+        "XLA-compiled loops"."""
         return side_by_side
 
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one
-        (input_dim [+ 1] + units, 4 units) matrix, for one matmul per step.
-
-        Measured with `benchmarks/recurrent.py`-sized models (batch 64, input 64,
-        2-core AMD EPYC): at 100 steps x 256 units one matmul raised JAX's inference
-        from 0.72x to 0.96x `keras.layers.LSTM` and training from 0.92x to 1.06x
-        (at 200 x 512 it changed nothing); on TensorFlow four matmuls run side by side
-        on the two cores and one would cut inference from 1.50x to 1.10x; on PyTorch
-        it changed nothing.
+        (input_dim [+ 1] + units, 4 units) matrix, for one matmul per step: faster
+        on JAX, slower on TensorFlow (whose four matmuls run side by side on the
+        cores), no different on PyTorch (docs/performance.md).
         """
         stacked = self.gate_weights()
         if keras.backend.backend() == "jax":
@@ -293,7 +280,7 @@ class LSTMCell(RecurrentCell):
     def get_config(self):
         return {
             **super().get_config(),
-            "recurrent_activation": _activation_name(self.recurrent_activation),
+            "recurrent_activation": activation_name(self.recurrent_activation),
             "unit_forget_bias": self.unit_forget_bias,
         }
 
@@ -304,15 +291,24 @@ class LSTM(RecurrentLayer):
 
     Runs `LSTMCell` over a sequence. Takes the arguments of `keras.layers.LSTM` and
     stores the same weights, so `lstm.set_weights(keras_lstm.get_weights())` (and the
-    reverse) gives the same outputs. With the TensorFlow backend on a GPU, a
-    configuration that cuDNN supports (tanh/sigmoid, `use_bias`, no
-    `recurrent_dropout`, no `unroll`, right-padded masks) runs through the fused cuDNN
-    kernel with the very same weights. With the PyTorch backend, on the CPU too, such
-    a configuration (right-padded masks read forwards) runs PyTorch's own
-    `torch.lstm` (`rnnkit.layers._torch_rnn`). Otherwise a generic loop runs the cell,
-    and a training call on TensorFlow differentiates it with the hand-written backward
-    pass of `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
-    `execution_path` says which path the last call took and why.
+    reverse) gives the same outputs. It runs the first path that can serve a call
+    (`RecurrentLayer`; `execution_path` says which ran and why):
+
+    1. The fused cuDNN kernel, with the very same weights, on the TensorFlow backend
+       where all of these hold:
+        1. a GPU is visible;
+        2. `activation="tanh"` and `recurrent_activation="sigmoid"`;
+        3. `use_bias=True`;
+        4. `recurrent_dropout=0`;
+        5. `unroll=False`;
+        6. no mask, or a right-padded one without a fully masked row;
+        7. `use_cudnn` is not `False`.
+    2. On the PyTorch backend, on the CPU too, PyTorch's own `torch.lstm`
+       (`rnnkit.layers._torch_rnn`) under the same conditions (float32, no GPU
+       needed, right-padded masks read forwards).
+    3. Otherwise the generic loop over the cell; a training call on TensorFlow
+       differentiates it with the hand-written backward pass of
+       `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
 
     Args:
         units, activation, recurrent_activation, use_bias: As for `LSTMCell`.
@@ -336,29 +332,14 @@ class LSTM(RecurrentLayer):
         use_cudnn: `"auto"` (use the fused kernel when possible: cuDNN, or
             PyTorch's on that backend), `True` (fail if not possible) or `False`.
             Default: `"auto"`.
-        jit_compile: None (default), True or False. Whether the generic loop runs
-            compiled by XLA on TensorFlow. None: where that was measured to be
-            faster, by `rnnkit calibrate` on this machine, else on one CPU (for
-            the LSTM: where its loop runs beside others, the batch split into one
-            loop per core or in a `Bidirectional`, `LSTMCell.xla_pays`), on a
-            CPU, inside a traced function (`fit`, `predict`, `tf.function`), for
-            a static number of steps; True: always (an error where it cannot be);
-            False: never.
-            `execution_path` says "XLA-compiled" when it is.
-        batch_shards: None (default) or a positive integer. On TensorFlow, run the
-            generic loop as this many independent loops over consecutive slices of
-            the batch, which TensorFlow runs at once, one per inter-op thread: a
-            loop of small matmuls and element-wise steps keeps one core busy better
-            than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads; half as many for each
-            direction of a `Bidirectional`, whose two loops run side by side
-            already, and likewise per replica of a strategy over this machine's
-            CPUs) of at least 8 rows each, in a traced call on a CPU with a
-            batch size known when traced; 1: never.
-            The result is the same as in one loop; `execution_path` says "batch in
-            N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, where two loops run one after the other (measured
-            slower there).
+        jit_compile: None (default), True or False: whether the generic loop runs
+            XLA-compiled on TensorFlow (`RecurrentLayer`); None follows a loaded
+            calibration, else `LSTMCell.xla_pays`. Evidence:
+            docs/performance.md, "XLA-compiled loops".
+        batch_shards: None (default) or a positive integer: the generic loop's
+            batch in this many loops side by side on TensorFlow
+            (`RecurrentLayer`). Evidence: docs/performance.md, "One loop per core:
+            `batch_shards`".
 
     Call arguments:
         sequences: (batch, time, features).
@@ -452,8 +433,8 @@ class LSTM(RecurrentLayer):
         )
 
     def _cudnn_blockers(self, training):
-        reasons = self._generic_blockers(training)
-        recurrent = _activation_name(self.cell.recurrent_activation)
+        reasons = _kernels.fused_blockers(self)
+        recurrent = activation_name(self.cell.recurrent_activation)
         if recurrent != "sigmoid":
             reasons.append(f"recurrent_activation={recurrent}")
         return reasons

@@ -49,6 +49,11 @@ def get_recurrent(name: str) -> type:
     return found[name].load()
 
 
+def recurrent_layer_names() -> list[str]:
+    """Every registered name, sorted: the entry points and `register_recurrent`'s."""
+    return sorted({*_entry_points(), *_registered})
+
+
 def get_recurrent_cell(name: str) -> type:
     """The cell class of the recurrent layer registered as `name`."""
     return get_recurrent(name).cell_class

@@ -5,12 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from rnnkit.layers._rnn_base import (
-    RecurrentCell,
-    RecurrentLayer,
-    _activation_name,
-    derivative_from_output,
-)
+from rnnkit.layers import _kernels
+from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -70,13 +67,9 @@ class SimpleRNNCell(RecurrentCell):
 
     def xla_pays(self, training, side_by_side=False):
         """Inference, and training where the loop runs beside others (the batch
-        split into one loop per core, `batch_shards`, or in a `Bidirectional`).
-        `benchmarks/xla_loops.py` (2-core AVX-512 AMD EPYC, batch 64, input 64),
-        XLA against the plain loop, in two shards (9 rounds): training +9% (100
-        steps x 256 units) and +4% (200 x 512), +52% at 100 x 64; inference +7%,
-        -2% and +57%. In one loop (15 rounds): inference +3% and +3% (+21% and
-        +11% in earlier runs), training -6% and +5% (its one matmul and one tanh
-        per step leave XLA little to fuse)."""
+        split into one loop per core, `batch_shards`, or in a `Bidirectional`): its
+        one matmul and one tanh per step leave XLA little to fuse in one loop
+        alone. Evidence: docs/performance.md, "XLA-compiled loops"."""
         return side_by_side or not training
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
@@ -155,28 +148,14 @@ class SimpleRNN(RecurrentLayer):
         stateful: Carry the final state of batch i into batch i + 1; clear it with
             `reset_state()`. Default: `False`.
         unroll: Unroll the loop (short sequences only). Default: `False`.
-        jit_compile: None (default), True or False. Whether the generic loop runs
-            compiled by XLA on TensorFlow. None: where it was measured to be faster
-            (inference, and training where its loop runs beside others, the batch
-            split into one loop per core or in a `Bidirectional`;
-            `cell.xla_pays`), on a CPU, inside a traced function (`fit`,
-            `predict`, `tf.function`), for a static number of steps (XLA compiles
-            once per input shape); True: always (an error where it cannot be);
-            False: never. `execution_path` says "XLA-compiled" when it is.
-        batch_shards: None (default) or a positive integer. On TensorFlow, run the
-            generic loop as this many independent loops over consecutive slices of
-            the batch, which TensorFlow runs at once, one per inter-op thread: a
-            loop of small matmuls and element-wise steps keeps one core busy better
-            than it splits each small operation over all of them. None: one shard
-            per core (TensorFlow's inter-op threads; half as many for each
-            direction of a `Bidirectional`, whose two loops run side by side
-            already, and likewise per replica of a strategy over this machine's
-            CPUs) of at least 8 rows each, in a traced call on a CPU with a
-            batch size known when traced; 1: never.
-            The result is the same as in one loop; `execution_path` says "batch in
-            N shards side by side" when it is split. No effect on the fused kernels,
-            or on JAX and PyTorch, where two loops run one after the other (measured
-            slower there).
+        jit_compile: None (default), True or False: whether the generic loop runs
+            XLA-compiled on TensorFlow (`RecurrentLayer`); None follows a loaded
+            calibration, else `SimpleRNNCell.xla_pays`. Evidence:
+            docs/performance.md, "XLA-compiled loops".
+        batch_shards: None (default) or a positive integer: the generic loop's
+            batch in this many loops side by side on TensorFlow
+            (`RecurrentLayer`). Evidence: docs/performance.md, "One loop per core:
+            `batch_shards`".
 
     Call arguments:
         sequences: (batch, time, features).
@@ -261,16 +240,15 @@ class SimpleRNN(RecurrentLayer):
         )
 
     def _cudnn_blockers(self, training):
-        if keras.backend.backend() != "torch":
-            return ["SimpleRNN has no cuDNN kernel"]
-        # PyTorch's torch.rnn_tanh and torch.rnn_relu (`_torch_rnn`).
-        return self._generic_blockers(training)
+        # cuDNN has no kernel for this cell; PyTorch's torch.rnn_tanh and
+        # torch.rnn_relu (`_torch_rnn`) have.
+        return _kernels.fused_blockers(self, cudnn=False)
 
     def _fused_activations(self):
         return ("tanh", "relu")
 
     def _torch_kernel(self):
-        return f"rnn_{_activation_name(self.cell.activation)}"
+        return f"rnn_{activation_name(self.cell.activation)}"
 
     def get_config(self):
         config = super().get_config()

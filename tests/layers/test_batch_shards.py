@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import GRU, LSTM, SimpleRNN, _rnn_base
+from rnnkit.layers import GRU, LSTM, SimpleRNN, _batch_shards
 from tests.layers import recurrent_checks as checks
 
 LAYERS = {"GRU": (GRU, 1), "LSTM": (LSTM, 2), "SimpleRNN": (SimpleRNN, 1)}
@@ -146,7 +146,7 @@ def test_default_is_one_shard_per_inter_op_thread_of_eight_rows_or_more(monkeypa
     layer = GRU(checks.UNITS)
 
     def shards(batch, threads, signature_batch="same"):
-        monkeypatch.setattr(_rnn_base, "_inter_op_threads", lambda: threads)
+        monkeypatch.setattr(_batch_shards, "_inter_op_threads", lambda: threads)
         x = checks.random_inputs(1, batch=batch)
         if signature_batch == "same":
             signature_batch = batch
@@ -164,7 +164,7 @@ def test_default_is_one_shard_per_inter_op_thread_of_eight_rows_or_more(monkeypa
     # A batch size unknown when traced could be a single row: not split.
     assert shards(64, threads=2, signature_batch=None) == 1
     # An eager call runs its shards one after the other: not split.
-    monkeypatch.setattr(_rnn_base, "_inter_op_threads", lambda: 2)
+    monkeypatch.setattr(_batch_shards, "_inter_op_threads", lambda: 2)
     layer(checks.random_inputs(1, batch=16))
     assert _shards_named(layer.execution_path) == 1
     # On a GPU one loop's kernels already run in parallel: not split.
@@ -183,12 +183,12 @@ def test_default_is_one_shard_per_inter_op_thread_of_eight_rows_or_more(monkeypa
 def test_the_directions_of_a_bidirectional_share_the_threads(
     monkeypatch, threads, expected
 ):
-    """Its two loops run side by side already: measured, a bidirectional GRU
-    (100 x 128, batch 64, two cores) trained 1,447 sequences/s with each direction
-    in one loop and 1,324 in two (`benchmarks/recurrent.py --bidirectional`)."""
+    """Its two loops run side by side already, so each direction gets half the
+    threads (measured: docs/performance.md). The layer learns it is a direction
+    from Keras' record of the enclosing layer calls (`_batch_shards.directions`)."""
     import tensorflow as tf
 
-    monkeypatch.setattr(_rnn_base, "_inter_op_threads", lambda: threads)
+    monkeypatch.setattr(_batch_shards, "_inter_op_threads", lambda: threads)
     x = checks.random_inputs(2, batch=32)
     layers = {}
     for shards in (None, 1):
@@ -246,8 +246,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2
 )
-from rnnkit.layers import GRU, _rnn_base
-_rnn_base._inter_op_threads = lambda: 2
+from rnnkit.layers import GRU, _batch_shards
+_batch_shards._inter_op_threads = lambda: 2
 x = tf.random.normal((32, 5, 3))
 for devices in (["/cpu:0", "/cpu:1"], ["/cpu:0"]):
     strategy = tf.distribute.MirroredStrategy(devices)

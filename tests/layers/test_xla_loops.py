@@ -122,9 +122,9 @@ def test_beside_other_loops_every_layer_compiles(name, training):
 def test_an_lstm_beside_other_loops_compiles_by_default(monkeypatch):
     import tensorflow as tf
 
-    from rnnkit.layers import _rnn_base
+    from rnnkit.layers import _batch_shards
 
-    monkeypatch.setattr(_rnn_base, "_inter_op_threads", lambda: 2)
+    monkeypatch.setattr(_batch_shards, "_inter_op_threads", lambda: 2)
     layer = LSTM(checks.UNITS)
     tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=16))
     assert XLA in layer.execution_path and "2 shards" in layer.execution_path

@@ -1,0 +1,198 @@
+"""The backends' fused recurrent kernels: cuDNN on TensorFlow, PyTorch's own on PyTorch.
+
+`run_fused` is what `RecurrentLayer.inner_loop` tries first, as Keras' `LSTM.inner_loop`
+tries `keras.backend.lstm`: it runs the layer's whole sequence in the backend's kernel,
+with the layer's very weights, or raises `NotImplementedError` with the reasons it
+cannot, and the layer falls back to its own loop. Every backend difference of that
+choice lives here, not in the layer classes.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from rnnkit._keras_private import backend as keras_backend
+from rnnkit.layers._cell_math import activation_name
+
+REJECTED = "the cuDNN kernel rejected this input"
+
+
+def _on_torch() -> bool:
+    return keras.backend.backend() == "torch"
+
+
+def blocks_model_jit() -> bool:
+    """Whether a model around the layer must not be XLA-compiled as a whole: on
+    TensorFlow the cuDNN kernel cannot be (as for `keras.layers.LSTM`); the generic
+    loop compiles its own loops where that pays (`jit_compile`)."""
+    return keras.backend.backend() == "tensorflow"
+
+
+def cudnn_mask_ok(mask):
+    """True where cuDNN can take the mask: right-padded, no fully masked row."""
+    mask = ops.cast(mask, "bool")  # (batch, time)
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)  # (batch,)
+    steps = ops.arange(ops.shape(mask)[1], dtype="int32")  # (time,)
+    right_padded = ops.expand_dims(steps, 0) < ops.expand_dims(lengths, 1)
+    return ops.logical_and(ops.all(ops.equal(mask, right_padded)), ops.all(lengths > 0))
+
+
+def cudnn_mask_blocker(mask) -> str | None:
+    """Why cuDNN cannot take `mask` ("" if it can), or None inside a tf.function,
+    where the mask's values are known per batch only."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            return None
+    if bool(cudnn_mask_ok(mask)):
+        return ""
+    lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+    if not bool(ops.all(lengths > 0)):
+        return "mask with a fully masked row"
+    return "left-padded mask"
+
+
+def fused_blockers(layer, cudnn: bool = True) -> list[str]:
+    """Reasons no fused kernel can run `layer`: cuDNN on TensorFlow (a GPU visible;
+    `cudnn=False` for a cell cuDNN has no kernel for), PyTorch's own kernels on
+    PyTorch (CPU or GPU; `_torch_rnn`)."""
+    cell = layer.cell
+    reasons = []
+    backend = keras.backend.backend()
+    if backend == "torch":
+        if layer.compute_dtype != "float32":
+            reasons.append(f"compute dtype {layer.compute_dtype}")
+    elif not cudnn:
+        return [f"{type(layer).__name__} has no cuDNN kernel"]
+    elif backend != "tensorflow":
+        reasons.append(f"backend is {backend}")
+    elif not keras_backend.cudnn_ok(
+        keras.activations.tanh, keras.activations.sigmoid, False, True
+    ):
+        reasons.append("no GPU visible")
+    if activation_name(cell.activation) not in layer._fused_activations():
+        reasons.append(f"activation={activation_name(cell.activation)}")
+    if layer.unroll:
+        reasons.append("unroll=True")
+    if not cell.use_bias and backend != "torch":
+        reasons.append("use_bias=False")
+    if cell.recurrent_dropout > 0:
+        reasons.append(f"recurrent_dropout={cell.recurrent_dropout} > 0")
+    if layer.use_cudnn is False:
+        reasons.append("use_cudnn=False")
+    return reasons
+
+
+def torch_weights(layer):
+    """The weights in the layout of PyTorch's kernels (`_torch_rnn.params`): the
+    kernels transposed and the one bias."""
+    from rnnkit.layers import _torch_rnn
+
+    cell = layer.cell
+    bias = cell.bias.value if cell.use_bias else None
+    return _torch_rnn.params(cell.kernel.value, cell.recurrent_kernel.value, bias)
+
+
+def run_torch(layer, sequences, initial_state, mask, training):
+    """The fused path on the PyTorch backend: PyTorch's kernel, with the input
+    dropout mask of the whole sequence applied first (as for cuDNN)."""
+    from rnnkit.layers import _torch_rnn
+
+    input_mask, _ = layer.cell.dropout_masks(
+        sequences[:, 0, :], initial_state[0], training
+    )
+    if input_mask is not None:
+        sequences = sequences * ops.expand_dims(input_mask, 1)  # (batch, time, in)
+    lengths = None
+    if mask is not None:
+        lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
+    return _torch_rnn.run(
+        layer._torch_kernel(),
+        ops.cast(sequences, layer.compute_dtype),
+        [ops.cast(state, layer.compute_dtype) for state in initial_state],
+        layer._torch_weights(),
+        lengths=lengths,
+        return_sequences=layer.return_sequences,
+        go_backwards=layer.go_backwards,
+        training=bool(training),
+        zero_output_for_mask=layer.zero_output_for_mask,
+    )
+
+
+def _fused(layer, sequences, initial_state, mask, training):
+    """(outputs, path) from this backend's kernel, which raises
+    `NotImplementedError` for an input it rejects."""
+    if _on_torch():
+        outputs = run_torch(layer, sequences, initial_state, mask, training)
+        return outputs, f"fused kernel: PyTorch's torch.{layer._torch_kernel()}"
+    outputs = layer._run_cudnn(sequences, initial_state, mask, training)
+    return outputs, "cudnn: fused kernel"
+
+
+def run_fused(
+    layer, sequences, initial_state, mask, training, generic_path, generic_loop
+):
+    """(outputs, execution path) of `layer` run by the backend's fused kernel, or
+    `NotImplementedError` whose message gives the reasons it cannot be.
+
+    `generic_path` and `generic_loop` are the layer's own loop, for a masked call
+    inside a `tf.function`: its mask is known per batch only, so both paths are
+    traced and each batch chooses."""
+    blockers = layer._cudnn_blockers(training)
+    if not blockers and mask is not None:
+        # cuDNN takes right-padded masks without a fully masked row only (as
+        # Keras' own check); anything else runs the generic loop. So do
+        # PyTorch's kernels, given the lengths, but not read backwards.
+        mask_blocker = cudnn_mask_blocker(mask)
+        if mask_blocker == "" and layer.go_backwards and _on_torch():
+            mask_blocker = "go_backwards with a mask"
+        if mask_blocker is None:
+            try:
+                return _cudnn_or_generic_per_batch(
+                    layer,
+                    sequences,
+                    initial_state,
+                    mask,
+                    training,
+                    generic_path,
+                    generic_loop,
+                )
+            except NotImplementedError:
+                mask_blocker = REJECTED
+        if mask_blocker:
+            blockers = [mask_blocker]
+    if blockers:
+        raise NotImplementedError("; ".join(blockers))
+    try:
+        return _fused(layer, sequences, initial_state, mask, training)
+    except NotImplementedError:
+        raise NotImplementedError(REJECTED) from None
+
+
+def _cudnn_or_generic_per_batch(
+    layer, sequences, initial_state, mask, training, generic_path, generic_loop
+):
+    """Inside a tf.function: both paths traced, the batch's mask chooses (as Keras
+    2's LSTM did)."""
+    import tensorflow as tf
+
+    def same_structure(loop):
+        def run():
+            last_output, outputs, states = loop()
+            return last_output, outputs, list(states)
+
+        return run
+
+    def cudnn():
+        return layer._run_cudnn(sequences, initial_state, mask, training)
+
+    path = (
+        "per batch in this trace: cudnn: fused kernel for right-padded masks, "
+        f"{generic_path}: left-padded mask or fully masked row otherwise"
+    )
+    outputs = tf.cond(
+        cudnn_mask_ok(mask), same_structure(cudnn), same_structure(generic_loop)
+    )
+    return outputs, path

@@ -1,0 +1,68 @@
+"""The public bases `RecurrentCell` and `RecurrentLayer`: the cell's arguments read
+through the layer as on Keras' own layers, and the cell contract of
+`keras.layers.RNN` (the numerics of each path are in test_lstm, test_gru,
+test_simple_rnn, test_kernels, test_xla_loops and test_batch_shards)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.layers import GRU, LSTM, RecurrentCell, RecurrentLayer, SimpleRNN
+
+COMMON = (
+    "units",
+    "activation",
+    "use_bias",
+    "kernel_initializer",
+    "recurrent_initializer",
+    "bias_initializer",
+    "kernel_regularizer",
+    "recurrent_regularizer",
+    "bias_regularizer",
+    "kernel_constraint",
+    "recurrent_constraint",
+    "bias_constraint",
+    "dropout",
+    "recurrent_dropout",
+    "seed",
+)
+OWN = {
+    LSTM: ("recurrent_activation", "unit_forget_bias"),
+    GRU: ("recurrent_activation", "reset_after"),
+    SimpleRNN: (),
+}
+
+
+@pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
+def test_the_layer_reads_its_cells_arguments_as_keras_layers_do(layer_cls):
+    layer = layer_cls(5, dropout=0.25, seed=3)
+    for name in COMMON + OWN[layer_cls]:
+        assert getattr(layer, name) is getattr(layer.cell, name), name
+    assert (layer.units, layer.dropout, layer.seed) == (5, 0.25, 3)
+    for name in {"recurrent_activation", "unit_forget_bias", "reset_after"} - set(
+        OWN[layer_cls]
+    ):
+        assert not hasattr(layer, name), name
+    with pytest.raises(AttributeError, match="set it on `layer.cell`"):
+        layer.units = 7
+    assert layer.cell.units == 5
+
+
+def test_the_public_bases_are_the_layers_bases():
+    for layer_cls in (LSTM, GRU, SimpleRNN):
+        assert issubclass(layer_cls, RecurrentLayer)
+        assert issubclass(layer_cls.cell_class, RecurrentCell)
+        assert isinstance(layer_cls(2).cell, layer_cls.cell_class)
+
+
+@pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
+def test_a_cell_keeps_the_keras_cell_contract(layer_cls):
+    cell = layer_cls.cell_class(4)
+    sizes = cell.state_size if isinstance(cell.state_size, list) else [cell.state_size]
+    assert cell.output_size == 4 and sizes == [4] * len(sizes)
+    states = cell.get_initial_state(batch_size=3)
+    assert [tuple(state.shape) for state in states] == [(3, 4)] * len(sizes)
+    outputs = keras.layers.RNN(cell, return_sequences=True)(np.ones((3, 5, 2)))
+    assert tuple(outputs.shape) == (3, 5, 4)
