@@ -41,6 +41,9 @@ SYMBOLS = (
     ("keras.src.backend", "cudnn_ok"),
     ("keras.src.layers.rnn.dropout_rnn_cell", "DropoutRNNCell"),
     ("keras.src.losses.losses", "LossFunctionWrapper"),
+    # The layer calls in progress: how a recurrent layer learns that it is one
+    # direction of a Bidirectional (rnnkit/layers/_batch_shards.py).
+    ("keras.src.backend.common.global_state", "get_global_attribute"),
 )
 
 
@@ -71,6 +74,9 @@ DropoutRNNCell: type = resolve(
     "keras.src.layers.rnn.dropout_rnn_cell", "DropoutRNNCell"
 )
 LossFunctionWrapper: type = resolve("keras.src.losses.losses", "LossFunctionWrapper")
+get_global_attribute = resolve(
+    "keras.src.backend.common.global_state", "get_global_attribute"
+)
 
 __all__ = [
     "DropoutRNNCell",
@@ -78,5 +84,6 @@ __all__ = [
     "SYMBOLS",
     "TESTED_KERAS",
     "backend",
+    "get_global_attribute",
     "resolve",
 ]

@@ -301,7 +301,7 @@ def test_the_cli_measures_shows_and_forgets():
     [
         (["--shape", "100by256"], "'100by256' is not STEPSxUNITS"),
         (["--shape", "0x256"], "'0x256' is not STEPSxUNITS"),
-        (["--cell", "GRU"], "'GRU' is not one of 'simple_rnn', 'lstm', 'gru'"),
+        (["--cell", "GRU"], "'GRU' is not one of 'gru', 'lstm', 'simple_rnn'"),
         (["--rounds", "0"], "0 is not in the range x>=1"),
     ],
 )

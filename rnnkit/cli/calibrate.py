@@ -89,8 +89,8 @@ def calibrate(
     Times each recurrent layer with its time loop XLA-compiled and plain, side by
     side on the CPU (TensorFlow backend), and writes the choice for this machine to
     the cache file (`rnnkit.layers.calibration`). From then on the layers'
-    jit_compile=None follows it in every process here; without it, defaults
-    measured on one CPU decide.
+    jit_compile=None follows it in every run and search on this machine (they load
+    it); without it, defaults measured on one CPU decide.
     """
     load_frameworks()
     from rnnkit.layers import calibration, get_recurrent

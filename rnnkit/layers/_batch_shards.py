@@ -14,7 +14,7 @@ import os
 
 import keras
 
-from rnnkit._keras_private import resolve
+from rnnkit._keras_private import get_global_attribute
 
 # With `batch_shards=None`, a shard gets at least this many rows (the smallest
 # measured to pay: docs/performance.md).
@@ -58,9 +58,6 @@ def directions(layer) -> int:
     the scopes that give variables their paths). The direction is the layer whose
     enclosing call is a `Bidirectional` that holds it as `forward_layer` or
     `backward_layer`."""
-    get_global_attribute = resolve(
-        "keras.src.backend.common.global_state", "get_global_attribute"
-    )
     for scope in get_global_attribute("name_scope_stack") or ():
         owner = getattr(scope, "caller", None)
         if isinstance(owner, keras.layers.Bidirectional) and layer in (

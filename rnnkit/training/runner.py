@@ -49,7 +49,12 @@ from rnnkit.training.run_dir import (
     recipe_of,
     save_model,
 )
-from rnnkit.training.runtime import configure_runtime, device_summary, versions
+from rnnkit.training.runtime import (
+    calibrated,
+    configure_runtime,
+    device_summary,
+    versions,
+)
 from rnnkit.training.strategies import describe_batch, is_multiworker
 from rnnkit.training.text_split import split_text_model
 
@@ -196,6 +201,7 @@ def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> Non
 # -- The run -----------------------------------------------------------------------
 
 
+@calibrated
 def run(
     recipe: Recipe,
     config: RecipeConfig,

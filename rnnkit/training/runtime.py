@@ -4,14 +4,17 @@
 with `train.seed`, applies `train.device` and `train.mixed_precision`, and returns the
 `tf.distribute` strategy that `train.strategy` asks for (rnnkit.training.strategies).
 `device_summary` and `versions` describe the result for the log and `run.json`.
+`calibrated` makes a run follow this machine's `rnnkit calibrate` measurements.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import platform
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnkit.errors import ConfigError
 from rnnkit.training.cluster import cluster_from_environment
@@ -21,6 +24,25 @@ if TYPE_CHECKING:
     from rnnkit import config as config_lib
 
 log = logging.getLogger("rnnkit")
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def calibrated(function: Function) -> Function:
+    """Runs `function` with this machine's cached `rnnkit calibrate` measurements
+    loaded (`rnnkit.layers.calibration.loaded`), and what was loaded before restored
+    after it. Training and tuning are where rnnkit reads the cache: the layers never
+    do, and what it changes is only which time loop is compiled, never a number."""
+
+    @functools.wraps(function)
+    def with_calibration(*args: Any, **kwargs: Any) -> Any:
+        from rnnkit.layers import calibration
+
+        with calibration.loaded():
+            return function(*args, **kwargs)
+
+    with_calibration.loads_calibration = True
+    return with_calibration  # type: ignore[return-value]
 
 
 def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:

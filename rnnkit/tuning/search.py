@@ -31,7 +31,7 @@ from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, TrainingError
 from rnnkit.files import write_text
 from rnnkit.recipe import Recipe, RecipeConfig
-from rnnkit.training.runtime import configure_runtime
+from rnnkit.training.runtime import calibrated, configure_runtime
 from rnnkit.tuning import cluster
 
 log = logging.getLogger("rnnkit")
@@ -91,6 +91,7 @@ def make_tuner(
     raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
 
 
+@calibrated
 def tune(
     recipe: Recipe,
     config: RecipeConfig,

@@ -25,7 +25,7 @@ from typing import Any
 from rnnkit.errors import ClusterError, ConfigError, RnnkitError
 from rnnkit.files import write_text
 from rnnkit.recipe import Recipe, RecipeConfig
-from rnnkit.training.runtime import configure_runtime
+from rnnkit.training.runtime import calibrated, configure_runtime
 from rnnkit.tuning import cluster
 from rnnkit.tuning.search import TUNERS, check_one_device, make_tuner
 
@@ -52,6 +52,7 @@ class WorkerResult:
     trials: list[WorkerTrial]
 
 
+@calibrated
 def tune_worker(
     recipe: Recipe,
     config: RecipeConfig,

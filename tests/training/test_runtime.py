@@ -26,3 +26,27 @@ def test_one_device_is_described_and_versions_are_recorded():
     assert device_summary(strategy) == "tensorflow, one CPU device"
     found = versions()
     assert {"python", "keras", "tensorflow", "numpy"} <= set(found)
+
+
+def test_runs_and_searches_follow_the_cached_calibration(tmp_path, monkeypatch):
+    """The cache is read where training and tuning start, not by the layers."""
+    from rnnkit.layers import LSTM, calibration
+    from rnnkit.training import runner
+    from rnnkit.training.runtime import calibrated
+    from rnnkit.tuning import search, worker
+
+    monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path))
+    cell = LSTM(8).cell
+    from tests.test_calibration import measured
+
+    calibration.record([measured(LSTM, "inference", 6, 8, True)])
+    assert calibration.measured_choice(cell, False, 6, 8) is None
+
+    @calibrated
+    def choice():
+        return calibration.measured_choice(cell, False, 6, 8)
+
+    assert choice() is True
+    assert calibration.measured_choice(cell, False, 6, 8) is None  # restored after
+    for entry in (runner.run, search.tune, worker.tune_worker):
+        assert getattr(entry, "loads_calibration", False), entry.__qualname__
