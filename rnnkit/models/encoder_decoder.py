@@ -33,8 +33,12 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit.models._recurrent import (
+    recurrent_cell_class,
+    recurrent_layer_class,
+    states_per_cell,
+)
 
-CELL_TYPES = ("gru", "lstm")
 ATTENTION_TYPES = ("none", "bahdanau", "dot", "multihead")
 
 
@@ -72,7 +76,8 @@ class EncoderDecoder(keras.Model):
         target_vocabulary: the target tokens or the target vocabulary size.
         embedding_dim: size of the token embeddings. Defaults to 256.
         units: units of every recurrent layer (per direction). Defaults to 512.
-        cell_type: "gru" or "lstm" (rnnkit layers). Defaults to "gru".
+        cell_type: the name of a registered recurrent layer (`"gru"`, `"lstm"`,
+            ...; `rnnkit.layers.get_recurrent`). Defaults to "gru".
         encoder_layers: stacked encoder layers. Defaults to 1.
         decoder_layers: stacked decoder cells. Defaults to 1.
         bidirectional: read the source both ways. Defaults to True.
@@ -136,11 +141,7 @@ class EncoderDecoder(keras.Model):
         )
         self.embedding_dim = _positive_int("embedding_dim", embedding_dim)
         self.units = _positive_int("units", units)
-        if cell_type not in CELL_TYPES:
-            raise ValueError(
-                f"Argument `cell_type` must be one of {CELL_TYPES}, "
-                f"received cell_type={cell_type!r}."
-            )
+        layer_class = recurrent_layer_class(cell_type)
         self.cell_type = cell_type
         self.encoder_layers = _positive_int("encoder_layers", encoder_layers)
         self.decoder_layers = _positive_int("decoder_layers", decoder_layers)
@@ -173,11 +174,12 @@ class EncoderDecoder(keras.Model):
         self.seed = seed
         super().__init__(**kwargs)
 
-        layer_class = {"gru": rnnkit_layers.GRU, "lstm": rnnkit_layers.LSTM}[cell_type]
-        cell_class = {"gru": rnnkit_layers.GRUCell, "lstm": rnnkit_layers.LSTMCell}[
-            cell_type
+        cell_class = recurrent_cell_class(cell_type)
+        decoder_cells = [
+            cell_class(units, name=f"decoder_{cell_type}_cell_{index}")
+            for index in range(decoder_layers)
         ]
-        self.states_per_cell = 2 if cell_type == "lstm" else 1
+        self.states_per_cell = states_per_cell(decoder_cells[0])
         # Encoder states, and the summary that the plain model uses as its context.
         self.encoder_dim = units * (2 if self.bidirectional else 1)
 
@@ -218,10 +220,7 @@ class EncoderDecoder(keras.Model):
             activation="tanh",
             name="bridge",
         )
-        self.decoder_cells = [
-            cell_class(units, name=f"decoder_{cell_type}_cell_{index}")
-            for index in range(decoder_layers)
-        ]
+        self.decoder_cells = decoder_cells
         if attention == "bahdanau":
             self.attention_layer = rnnkit_layers.BahdanauAttention(
                 self.attention_units, name="attention"

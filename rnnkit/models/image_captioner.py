@@ -39,9 +39,9 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit.models._recurrent import recurrent_cell_class, states_per_cell
 
 ENCODERS = ("small_cnn", "mobilenet_v2", "efficientnet_b0", "resnet50")
-CELL_TYPES = ("gru", "lstm")
 ATTENTION_TYPES = ("bahdanau", "none")
 # How each backbone expects its 0-255 RGB input (keras.applications preprocess_input).
 _PREPROCESSING = {
@@ -235,7 +235,9 @@ class ImageCaptioner(keras.Model):
         encoder_trainable: train the encoder with the decoder. Defaults to True.
         embedding_dim: size of the word embeddings. Defaults to 256.
         units: units of the decoder cell. Defaults to 512.
-        cell_type: "lstm" or "gru" (rnnkit cells). Defaults to "lstm".
+        cell_type: the name of a registered recurrent layer whose cell decodes
+            (`"lstm"`, `"gru"`, ...; `rnnkit.layers.get_recurrent`). Defaults to
+            "lstm".
         attention: "bahdanau" or "none" (mean annotation vector). Defaults to
             "bahdanau".
         attention_units: size of the Bahdanau scoring layer. Defaults to `units`.
@@ -302,11 +304,7 @@ class ImageCaptioner(keras.Model):
                 f"Argument `encoder` must be one of {ENCODERS}, received "
                 f"encoder={encoder!r}."
             )
-        if cell_type not in CELL_TYPES:
-            raise ValueError(
-                f"Argument `cell_type` must be one of {CELL_TYPES}, received "
-                f"cell_type={cell_type!r}."
-            )
+        cell_class = recurrent_cell_class(cell_type)
         if attention not in ATTENTION_TYPES:
             raise ValueError(
                 f"Argument `attention` must be one of {ATTENTION_TYPES}, received "
@@ -345,7 +343,8 @@ class ImageCaptioner(keras.Model):
         self.encoder.trainable = self.encoder_trainable
         self.feature_dim = self.encoder.output_shape[-1]
         self.num_locations = self.encoder.output_shape[1]
-        self.states_per_cell = 2 if cell_type == "lstm" else 1
+        cell = cell_class(units, name=f"decoder_{cell_type}_cell")
+        self.states_per_cell = states_per_cell(cell)
         self.initial_state_layer = keras.layers.Dense(
             self.states_per_cell * units, activation="tanh", name="initial_state"
         )
@@ -357,8 +356,7 @@ class ImageCaptioner(keras.Model):
             embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
             name="embedding",
         )
-        cell_class = {"gru": rnnkit_layers.GRUCell, "lstm": rnnkit_layers.LSTMCell}
-        self.cell = cell_class[cell_type](units, name=f"decoder_{cell_type}_cell")
+        self.cell = cell
         if attention == "bahdanau":
             self.attention_layer = rnnkit_layers.BahdanauAttention(
                 self.attention_units, name="attention"
