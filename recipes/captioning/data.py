@@ -43,7 +43,7 @@ from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
 
 if TYPE_CHECKING:
-    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+    from rnnkit_recipes.captioning.config import CaptioningConfig
 
 log = logging.getLogger("rnnkit")
 

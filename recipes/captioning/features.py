@@ -16,7 +16,7 @@ from rnnkit.errors import ConfigError
 
 if TYPE_CHECKING:
     import keras
-    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+    from rnnkit_recipes.captioning.config import CaptioningConfig
 
 log = logging.getLogger("rnnkit")
 

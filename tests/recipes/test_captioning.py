@@ -20,7 +20,7 @@ import sacrebleu
 from rnnkit_recipes.captioning import data as caption_data
 from rnnkit_recipes.captioning import features as caption_features
 from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
-from rnnkit_recipes.captioning.scores import consensus_index
+from rnnkit_recipes.captioning.baselines import consensus_index
 
 from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, DataError
