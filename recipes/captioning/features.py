@@ -23,7 +23,7 @@ log = logging.getLogger("rnnkit")
 
 def build_encoder(config: CaptioningConfig) -> keras.Model:
     """The configured CNN with its weights: random ("none"), ImageNet or a file."""
-    from rnnkit.models.image_captioner import image_encoder
+    from rnnkit.models.image_encoder import image_encoder
 
     model = config.model
     encoder = image_encoder(model.encoder, model.image_size, model.encoder_width)

@@ -188,8 +188,8 @@ class CaptioningRecipe(Recipe):
         self, model: keras.Model, inputs: Sequence[str], config: CaptioningConfig
     ) -> list[str]:
         import numpy as np
-        from rnnkit_recipes.captioning.data import decode_images
         from rnnkit_recipes.captioning.decode import search, words
+        from rnnkit_recipes.captioning.images import decode_images
 
         paths = image_paths(inputs)
         _, pixels, failures = decode_images(
@@ -268,14 +268,14 @@ def _check(config: CaptioningConfig) -> None:
 
 def image_paths(inputs: Sequence[str]) -> list[Path]:
     """Image files from the command line; a folder gives its images, sorted."""
-    from rnnkit_recipes.captioning.data import _IMAGE_SUFFIXES
+    from rnnkit_recipes.captioning.images import IMAGE_SUFFIXES
 
     paths: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
             found = sorted(
-                p for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES
+                p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
             )
             if not found:
                 raise DataError(f"{path}: a folder without .jpg/.jpeg/.png images")

@@ -33,6 +33,7 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit.models._arguments import positive_int
 from rnnkit.models._recurrent import (
     recurrent_cell_class,
     recurrent_layer_class,
@@ -42,18 +43,10 @@ from rnnkit.models._recurrent import (
 ATTENTION_TYPES = ("none", "bahdanau", "dot", "multihead")
 
 
-def _positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(
-            f"Argument `{name}` must be a positive integer, received {name}={value!r}."
-        )
-    return value
-
-
 def _vocabulary(name, value):
     """(size, tokens or None) from a token list or a vocabulary size."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return _positive_int(name, value), None
+        return positive_int(name, value), None
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
         tokens = [str(token) for token in value]
         return len(tokens), tokens
@@ -139,12 +132,12 @@ class EncoderDecoder(keras.Model):
         self.target_vocabulary_size, self.target_tokens = _vocabulary(
             "target_vocabulary", target_vocabulary
         )
-        self.embedding_dim = _positive_int("embedding_dim", embedding_dim)
-        self.units = _positive_int("units", units)
+        self.embedding_dim = positive_int("embedding_dim", embedding_dim)
+        self.units = positive_int("units", units)
         layer_class = recurrent_layer_class(cell_type)
         self.cell_type = cell_type
-        self.encoder_layers = _positive_int("encoder_layers", encoder_layers)
-        self.decoder_layers = _positive_int("decoder_layers", decoder_layers)
+        self.encoder_layers = positive_int("encoder_layers", encoder_layers)
+        self.decoder_layers = positive_int("decoder_layers", decoder_layers)
         self.bidirectional = bool(bidirectional)
         if attention not in ATTENTION_TYPES:
             raise ValueError(
@@ -155,9 +148,9 @@ class EncoderDecoder(keras.Model):
         self.attention_units = (
             units
             if attention_units is None
-            else _positive_int("attention_units", attention_units)
+            else positive_int("attention_units", attention_units)
         )
-        self.num_heads = _positive_int("num_heads", num_heads)
+        self.num_heads = positive_int("num_heads", num_heads)
         if attention == "multihead" and units % num_heads:
             raise ValueError(
                 f"Argument `num_heads` must divide units={units}, "
