@@ -180,8 +180,7 @@ class EncoderDecoder(keras.Model):
         # inputs that small, training on real sentence pairs drives every encoder and
         # decoder state into tanh saturation within one epoch (each example's gradient
         # first points the same way, towards the unigram distribution), and the model
-        # never leaves the unigram loss. Measured on 1,000 Multi30k pairs, 6 epochs:
-        # training loss 5.25 (stuck) with the Keras default, 4.42 and falling with this.
+        # never leaves the unigram loss (docs/performance.md, "Recipe figures: history").
         self.source_embedding = keras.layers.Embedding(
             self.source_vocabulary_size,
             embedding_dim,
