@@ -180,7 +180,8 @@ class EncoderDecoder(keras.Model):
         # inputs that small, training on real sentence pairs drives every encoder and
         # decoder state into tanh saturation within one epoch (each example's gradient
         # first points the same way, towards the unigram distribution), and the model
-        # never leaves the unigram loss (docs/performance.md, "Recipe figures: history").
+        # never leaves the unigram loss (docs/performance.md, "Recipe figures:
+        # history").
         self.source_embedding = keras.layers.Embedding(
             self.source_vocabulary_size,
             embedding_dim,
