@@ -137,7 +137,7 @@ class SentimentEvaluationConfig(EvaluationConfig):
     baselines: bool = field(
         True,
         help="Also fit and test the majority, bag-of-words and tf-idf bigram "
-        "baselines (about 3 minutes on all of IMDB on 2 cores).",
+        "baselines (minutes on all of IMDB; see docs/performance.md).",
     )
 
 
