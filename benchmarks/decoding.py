@@ -61,11 +61,8 @@ def main() -> None:
     os.chdir(ROOT)  # the config's data paths are relative to the repository root
 
     import keras
-    from rnnkit_recipes.translation.recipe import (
-        TranslationRecipe,
-        _tokens,
-        search,
-    )
+    from rnnkit_recipes.translation.decode import search, source_tokens
+    from rnnkit_recipes.translation.recipe import TranslationRecipe
 
     from rnnkit import config as config_lib
     from rnnkit import registry
@@ -87,7 +84,8 @@ def main() -> None:
     print(f"data and model ready in {time.perf_counter() - started:.0f} s")
     sentences = [source for source, _ in data.test_pairs[: args.sentences]]
     source_ids = [
-        data.source_vocabulary.encode(_tokens(s, data.text_options)) for s in sentences
+        data.source_vocabulary.encode(source_tokens(s, data.text_options))
+        for s in sentences
     ]
     variants = {"split every step": SplitEveryStep(model), "split once": model}
     searches = {"greedy": 1, f"beam {args.beam}": args.beam}

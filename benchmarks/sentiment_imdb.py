@@ -68,7 +68,7 @@ def main() -> None:
         overrides["train.epochs"] = args.epochs
     config = config_lib.resolve(recipe.Config, args.config, overrides)
     if args.baselines_only:
-        from rnnkit_recipes.sentiment.recipe import baseline_table
+        from rnnkit_recipes.sentiment.baselines import baseline_table
 
         started = time.perf_counter()
         data = recipe.load_data(config)

@@ -106,7 +106,7 @@ def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
     """Beam BLEU on val for each alpha; test2016 scored with the best one only."""
     import sacrebleu
     from rnnkit_recipes.translation import data as data_lib
-    from rnnkit_recipes.translation.recipe import _reference, translate
+    from rnnkit_recipes.translation.decode import bleu_reference, translate
 
     from rnnkit.data.parallel_text import count_unknown
     from rnnkit.training import runner
@@ -123,7 +123,7 @@ def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
         hypotheses = translate(
             model, [s for s, _ in pairs], data, alpha_config, beam_width=None
         )
-        references = [_reference(t, data) for _, t in pairs]
+        references = [bleu_reference(t, data) for _, t in pairs]
         return bleu.corpus_score(hypotheses, [references]).score, hypotheses
 
     print("\nlength penalty chosen on val (beam search):")

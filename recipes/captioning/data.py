@@ -14,36 +14,39 @@ Sources (`data.format`):
 Images named by a split but absent from the image source are counted and reported once
 per split, then skipped; an image that cannot be decoded is reported by name and
 skipped. Images are decoded with Pillow in a thread pool and resized (squashed) to
-`model.image_size` squares. Captions are lower-cased and tokenised into words; the
-vocabulary (words seen `data.min_frequency` times in training, `<unk>` for the rest) is
-built from the training captions. With a frozen encoder the annotation vectors of every
-image are computed once and cached on disk per (encoder, image size, encoder weights,
-image), so later runs and tuning trials skip the CNN.
+`model.image_size` squares (`images.py`). Captions are lower-cased and tokenised into
+words; the vocabulary (words seen `data.min_frequency` times in training, `<unk>` for
+the rest) is built from the training captions. With a frozen encoder the annotation
+vectors of every image are computed once and cached on disk per (encoder, image size,
+encoder weights, image), so later runs and tuning trials skip the CNN.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import gzip
-import io
 import json
 import logging
 import random
 import re
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from rnnkit_recipes.captioning.images import (
+    ImageSource,
+    decode_images,
+    find_image_source,
+)
 
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
 
 if TYPE_CHECKING:
-    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+    from rnnkit_recipes.captioning.config import CaptioningConfig
 
 log = logging.getLogger("rnnkit")
 
@@ -61,7 +64,6 @@ _FLICKR_SPLIT_FILES = {
     "validation": "Flickr_8k.devImages.txt",
     "test": "Flickr_8k.testImages.txt",
 }
-_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 _LOCAL_HINT = (
     "point data.path at a local Flickr8k folder (Flickr8k.token.txt, the "
     "Flickr_8k.*Images.txt lists and the images as a folder or zip), e.g. "
@@ -129,98 +131,6 @@ class Vocabulary:
             if index != PAD_ID:
                 words.append(self.tokens[index])
         return words
-
-
-# -- Image sources ---------------------------------------------------------------------
-
-
-class ImageSource:
-    """Image bytes by file name, from a folder (searched recursively) or a zip."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._zip: zipfile.ZipFile | None = None
-        if path.is_file() and zipfile.is_zipfile(path):
-            self._zip = zipfile.ZipFile(path)
-            self.members = {
-                Path(n).name: n
-                for n in self._zip.namelist()
-                if n.lower().endswith(_IMAGE_SUFFIXES)
-            }
-        elif path.is_dir():
-            self.members = {
-                p.name: str(p)
-                for p in path.rglob("*")
-                if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file()
-            }
-        else:
-            raise DataError(
-                f"{path}: not an image folder or zip (set data.images to the folder "
-                "or zip that holds the images)"
-            )
-        if not self.members:
-            raise DataError(f"{path}: no .jpg/.jpeg/.png images in it")
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.members
-
-    def read(self, name: str) -> bytes:
-        if self._zip is not None:
-            return self._zip.read(self.members[name])
-        return Path(self.members[name]).read_bytes()
-
-
-def find_image_source(folder: Path, images: str | None) -> ImageSource:
-    """`data.images` (relative to the data folder), else the one zip or image folder
-    found in `folder`."""
-    if images:
-        path = Path(images)
-        return ImageSource(path if path.is_absolute() else folder / path)
-    zips = sorted(p for p in folder.glob("*.zip") if "text" not in p.name.lower())
-    if zips:
-        return ImageSource(zips[0])
-    for candidate in sorted(p for p in folder.iterdir() if p.is_dir()):
-        if any(candidate.glob("*.jpg")):
-            return ImageSource(candidate)
-    if any(folder.glob("*.jpg")):
-        return ImageSource(folder)
-    raise DataError(
-        f"{folder}: no images found (no .zip and no folder of .jpg files); "
-        "set data.images to the image folder or zip"
-    )
-
-
-def decode_images(
-    read: Callable[[str], bytes], names: list[str], size: int, threads: int = 4
-) -> tuple[list[str], np.ndarray, dict[str, str]]:
-    """Decodes and resizes images in a thread pool (Pillow releases the GIL while it
-    decodes), squashing each to `size` x `size`.
-
-    Returns the names decoded, their `(n, size, size, 3)` uint8 pixels, and
-    {name: reason} of those that could not be read.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    def decode(name: str) -> np.ndarray | str:
-        try:
-            with Image.open(io.BytesIO(read(name))) as image:
-                image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-                return np.asarray(image, dtype=np.uint8)
-        except UnidentifiedImageError:
-            return "not a known image format"
-        except (OSError, ValueError) as error:
-            return f"{type(error).__name__}: {error}"
-
-    kept, pixels, failures = [], [], {}
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        for name, result in zip(names, pool.map(decode, names), strict=True):
-            if isinstance(result, str):
-                failures[name] = result
-                continue
-            kept.append(name)
-            pixels.append(result)
-    array = np.stack(pixels) if pixels else np.zeros((0, size, size, 3), np.uint8)
-    return kept, array, failures
 
 
 # -- Caption files ---------------------------------------------------------------------

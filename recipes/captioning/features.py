@@ -16,14 +16,14 @@ from rnnkit.errors import ConfigError
 
 if TYPE_CHECKING:
     import keras
-    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+    from rnnkit_recipes.captioning.config import CaptioningConfig
 
 log = logging.getLogger("rnnkit")
 
 
 def build_encoder(config: CaptioningConfig) -> keras.Model:
     """The configured CNN with its weights: random ("none"), ImageNet or a file."""
-    from rnnkit.models.image_captioner import image_encoder
+    from rnnkit.models.image_encoder import image_encoder
 
     model = config.model
     encoder = image_encoder(model.encoder, model.image_size, model.encoder_width)

@@ -14,185 +14,27 @@ methods, because `rnnkit list` imports every recipe module to read its summary.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from rnnkit_recipes.captioning.config import CaptioningConfig
+
 from rnnkit.recipe import (
     ConfigError,
-    DataConfig,
     DataError,
-    EvaluationConfig,
     Metrics,
-    ModelConfig,
     Recipe,
-    RecipeConfig,
-    TrainConfig,
-    field,
-    section,
 )
 
 if TYPE_CHECKING:
     import keras
     import keras_tuner
-    import numpy as np
     from rnnkit_recipes.captioning.data import CaptionData
 
-    from rnnkit.decoding import SearchResult
 
 log = logging.getLogger("rnnkit")
-
-
-@dataclasses.dataclass
-class CaptioningDataConfig(DataConfig):
-    format: str = field(
-        "flickr8k",
-        help="flickr8k: a Flickr8k folder (data.path unset downloads Flickr8k); coco: "
-        "a COCO-style captions JSON ({split} in data.path: one file per split).",
-        choices=("flickr8k", "coco"),
-    )
-    images: str | None = field(
-        None,
-        help="Image folder or zip (relative to a flickr8k data.path); none: the zip "
-        "or image folder found in data.path (coco: the JSON's folder).",
-    )
-    cache_dir: str | None = field(
-        None,
-        help="Folder of cached image features of a frozen encoder (none: "
-        "$RNNKIT_DATA_DIR/captioning_features, default ~/.rnnkit/datasets/...).",
-    )
-    train_split: str = field("train2014", help="coco: {split} of the training file.")
-    validation_split: str = field(
-        "val2014", help="coco: {split} of the validation file."
-    )
-    test_split: str = field("test2014", help="coco: {split} of the test file.")
-    validation_fraction: float = field(
-        0.05,
-        help="coco, one file: share of images for validation.",
-        above=0.0,
-        below=0.5,
-    )
-    test_fraction: float = field(
-        0.05, help="coco, one file: share of images for testing.", above=0.0, below=0.5
-    )
-    split_seed: int = field(0, help="coco, one file: seed of the split.", at_least=0)
-    limit: int = field(
-        0,
-        help="Keep at most this many images per split (0 keeps all); quick trials.",
-        at_least=0,
-    )
-    min_frequency: int = field(
-        5, help="Words seen fewer times in training become <unk>.", at_least=1
-    )
-    max_length: int = field(
-        20,
-        help="Words per caption: longer training captions are cut, generated "
-        "captions stop there.",
-        at_least=1,
-    )
-    captions_per_image: int = field(
-        5,
-        help="Captions per image in a training example (fewer are repeated).",
-        at_least=1,
-    )
-
-
-@dataclasses.dataclass
-class CaptioningModelConfig(ModelConfig):
-    encoder: str = field(
-        "mobilenet_v2",
-        help="Image encoder: a keras.applications backbone, or small_cnn (four "
-        "conv blocks, for training from scratch on a CPU).",
-        choices=("mobilenet_v2", "efficientnet_b0", "resnet50", "small_cnn"),
-    )
-    encoder_weights: str = field(
-        "imagenet",
-        help="imagenet (downloaded by keras.applications), none (random), or the "
-        "path of a weights file.",
-    )
-    encoder_trainable: bool = field(
-        False,
-        help="Train the encoder with the decoder (false: frozen, features cached).",
-    )
-    encoder_learning_rate: float = field(
-        0.1,
-        help="A trainable encoder's learning rate as a share of train.learning_rate "
-        "(1 for an encoder trained from scratch).",
-        above=0.0,
-        at_most=1.0,
-    )
-    image_size: int = field(
-        224, help="Images are resized to this many pixels square.", at_least=32
-    )
-    encoder_width: int = field(
-        32,
-        help="small_cnn: filters of the first block (doubled per block).",
-        at_least=1,
-    )
-    cell_type: str = field("lstm", help="Decoder cell.", choices=("lstm", "gru"))
-    embedding_dim: int = field(256, help="Size of the word embeddings.", at_least=1)
-    units: int = field(512, help="Units of the decoder cell.", at_least=1)
-    attention: str = field(
-        "bahdanau",
-        help="Attention over the annotation vectors (none: their mean at every "
-        "step, the Show-and-Tell ablation).",
-        choices=("bahdanau", "none"),
-    )
-    attention_units: int | None = field(
-        None, help="Size of the Bahdanau scoring layer (none: model.units).", at_least=1
-    )
-    attention_penalty: float = field(
-        1.0,
-        help="lambda of the doubly stochastic attention regulariser "
-        "lambda * sum_i (1 - sum_t alpha_ti)^2 (per token, like the loss).",
-        at_least=0.0,
-    )
-    gating: bool = field(True, help="Scale the context by a learned gate beta_t.")
-    dropout: float = field(
-        0.3, help="Dropout on embeddings and deep output.", at_least=0.0, below=1.0
-    )
-
-
-@dataclasses.dataclass
-class CaptioningTrainConfig(TrainConfig):
-    clipnorm: float = field(
-        5.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
-    )
-
-
-@dataclasses.dataclass
-class CaptioningEvaluationConfig(EvaluationConfig):
-    beam_width: int = field(
-        3, help="Hypotheses kept per image by beam search.", at_least=1
-    )
-    n_best: int = field(1, help="Captions printed per image by predict.", at_least=1)
-    length_penalty: float = field(
-        0.6, help="GNMT length-penalty alpha of beam search (0: none).", at_least=0.0
-    )
-    decode_batch_size: int = field(64, help="Images captioned together.", at_least=1)
-    overlays: int = field(
-        3, help="Test images drawn with their attention maps in plots/.", at_least=0
-    )
-
-
-@dataclasses.dataclass
-class CaptioningConfig(RecipeConfig):
-    data: CaptioningDataConfig = section(CaptioningDataConfig, "Images and captions.")
-    model: CaptioningModelConfig = section(
-        CaptioningModelConfig, "The encoder and the attentive decoder."
-    )
-    train: CaptioningTrainConfig = section(
-        CaptioningTrainConfig,
-        "The training loop.",
-        epochs=20,
-        batch_size=32,
-        patience=3,
-    )
-    evaluation: CaptioningEvaluationConfig = section(
-        CaptioningEvaluationConfig, "Decoding and scoring."
-    )
 
 
 class CaptioningRecipe(Recipe):
@@ -291,12 +133,13 @@ class CaptioningRecipe(Recipe):
     def evaluate(
         self, model: keras.Model, data: CaptionData, config: CaptioningConfig
     ) -> Metrics:
-        from rnnkit_recipes.captioning.scores import (
+        from rnnkit_recipes.captioning.baselines import (
             bleu_scores,
             consensus_index,
             nearest_neighbours,
             pooled_features,
         )
+        from rnnkit_recipes.captioning.decode import caption_texts
 
         test = data.splits["test"]
         references = [[" ".join(c) for c in per_image] for per_image in test.captions]
@@ -345,7 +188,8 @@ class CaptioningRecipe(Recipe):
         self, model: keras.Model, inputs: Sequence[str], config: CaptioningConfig
     ) -> list[str]:
         import numpy as np
-        from rnnkit_recipes.captioning.data import decode_images
+        from rnnkit_recipes.captioning.decode import search, words
+        from rnnkit_recipes.captioning.images import decode_images
 
         paths = image_paths(inputs)
         _, pixels, failures = decode_images(
@@ -366,7 +210,7 @@ class CaptioningRecipe(Recipe):
         )
         lines = []
         for row, path in enumerate(paths):
-            texts = [" ".join(_words(model, tokens)) for tokens in result.tokens[row]]
+            texts = [" ".join(words(model, tokens)) for tokens in result.tokens[row]]
             if n_best == 1:
                 lines.append(f"{path}: {texts[0]}")
                 continue
@@ -385,6 +229,8 @@ class CaptioningRecipe(Recipe):
         config: CaptioningConfig,
         plot_dir: Path,
     ) -> None:
+        from rnnkit_recipes.captioning.decode import search
+
         from rnnkit import plots
 
         count = min(config.evaluation.overlays, len(data.splits["test"].names))
@@ -420,83 +266,16 @@ def _check(config: CaptioningConfig) -> None:
         )
 
 
-# -- Decoding ------------------------------------------------------------------------
-
-
-def _words(model: keras.Model, tokens) -> list[str]:
-    from rnnkit_recipes.captioning.data import Vocabulary
-
-    return Vocabulary(model.tokens).decode(tokens)
-
-
-def search(
-    model: keras.Model,
-    inputs: np.ndarray,
-    config: CaptioningConfig,
-    beam_width: int,
-    n_best: int = 1,
-) -> SearchResult:
-    """Greedy (beam_width 1) or beam search over images or cached features, batched.
-
-    Generated captions stop after `data.max_length` words and the end token.
-    """
-    import numpy as np
-    from rnnkit_recipes.captioning.data import END_ID, PAD_ID, START_ID
-
-    from rnnkit import decoding
-
-    evaluation = config.evaluation
-    common = dict(
-        start_id=START_ID,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        suppress_ids=(PAD_ID, START_ID),
-        max_length=config.data.max_length + 1,
-    )
-    parts = []
-    for start in range(0, len(inputs), evaluation.decode_batch_size):
-        batch = np.asarray(
-            inputs[start : start + evaluation.decode_batch_size], "float32"
-        )
-        if beam_width == 1:
-            parts.append(decoding.greedy_search(model, batch, **common))
-        else:
-            parts.append(
-                decoding.beam_search(
-                    model,
-                    batch,
-                    beam_width=beam_width,
-                    n_best=n_best,
-                    length_penalty_alpha=evaluation.length_penalty,
-                    **common,
-                )
-            )
-    return decoding.SearchResult(
-        **{
-            f.name: np.concatenate([getattr(part, f.name) for part in parts])
-            for f in dataclasses.fields(decoding.SearchResult)
-        }
-    )
-
-
-def caption_texts(
-    model: keras.Model, inputs: np.ndarray, config: CaptioningConfig, beam_width: int
-) -> list[str]:
-    """The best caption of every image, as space-separated words."""
-    result = search(model, inputs, config, beam_width)
-    return [" ".join(_words(model, tokens[0])) for tokens in result.tokens]
-
-
 def image_paths(inputs: Sequence[str]) -> list[Path]:
     """Image files from the command line; a folder gives its images, sorted."""
-    from rnnkit_recipes.captioning.data import _IMAGE_SUFFIXES
+    from rnnkit_recipes.captioning.images import IMAGE_SUFFIXES
 
     paths: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
             found = sorted(
-                p for p in path.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES
+                p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
             )
             if not found:
                 raise DataError(f"{path}: a folder without .jpg/.jpeg/.png images")

@@ -42,7 +42,7 @@ from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
 
 if TYPE_CHECKING:
-    from rnnkit_recipes.language_model.recipe import LanguageModelConfig
+    from rnnkit_recipes.language_model.config import LanguageModelConfig
 
 UNK = "<unk>"
 EOS = "<eos>"
@@ -242,7 +242,7 @@ def standardize_text(text: str, lowercase: bool) -> str:
     """`text` line by line through the classifier's `TextStandardizer`."""
     import tensorflow as tf
 
-    from rnnkit.models.sequence_classifier import TextStandardizer
+    from rnnkit.models.text_standardizer import TextStandardizer
 
     standardizer = TextStandardizer(lowercase=lowercase)
     lines = text.split("\n")

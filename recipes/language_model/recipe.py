@@ -38,22 +38,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from rnnkit_recipes.language_model.config import LanguageModelConfig
+
 from rnnkit.recipe import (
     ConfigError,
-    DataConfig,
-    EvaluationConfig,
     Metrics,
-    ModelConfig,
     Recipe,
-    RecipeConfig,
-    TrainConfig,
-    field,
-    section,
 )
 
 if TYPE_CHECKING:
@@ -63,160 +57,6 @@ if TYPE_CHECKING:
     from rnnkit_recipes.language_model.data import LanguageModelData
 
 log = logging.getLogger("rnnkit")
-
-# Copies of a model for other batch sizes, kept while the model lives, so that
-# repeated evaluations and predictions reuse their compiled predict functions.
-_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-@dataclasses.dataclass
-class LanguageModelDataConfig(DataConfig):
-    level: str = field(
-        "char", help="Tokens: characters or words.", choices=("char", "word")
-    )
-    lowercase: bool = field(True, help="Lower-case the text before tokenizing.")
-    standardize: bool = field(
-        False,
-        help="Clean the text as the sentiment classifier does first: HTML tags and "
-        "punctuation to spaces, apostrophes dropped (for pre-training on reviews).",
-    )
-    text_column: str = field("text", help="Column of a CSV/TSV table with the text.")
-    train_split: str = field("train", help="{split} of the training file.")
-    validation_split: str = field("valid", help="{split} of the validation file.")
-    test_split: str = field("test", help="{split} of the test file.")
-    validation_fraction: float = field(
-        0.05,
-        help="Share of a single text held out for validation (before the test part).",
-        above=0.0,
-        below=1.0,
-    )
-    test_fraction: float = field(
-        0.05,
-        help="Share of a single text held out for testing (its contiguous tail).",
-        above=0.0,
-        below=1.0,
-    )
-    vocabulary_size: int = field(
-        0, help="Most tokens kept, <unk> included (0: all).", at_least=0
-    )
-    min_frequency: int = field(
-        1, help="Tokens seen fewer times in training become <unk>.", at_least=1
-    )
-    limit: int = field(
-        0,
-        help="Keep at most this many tokens of each split (0: all); quick trials.",
-        at_least=0,
-    )
-
-
-@dataclasses.dataclass
-class LanguageModelModelConfig(ModelConfig):
-    cell_type: str = field(
-        "lstm", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
-    )
-    embedding_dim: int = field(64, help="Size of the token embeddings.", at_least=1)
-    units: int = field(256, help="Units per recurrent layer.", at_least=1)
-    num_layers: int = field(1, help="Stacked recurrent layers.", at_least=1)
-    dropout: float = field(
-        0.0,
-        help="Dropout on embeddings, between layers and before the output.",
-        at_least=0.0,
-        below=1.0,
-    )
-    tie_weights: bool = field(
-        False,
-        help="Output projection = transposed embedding matrix (needs units == "
-        "embedding_dim).",
-    )
-    init_scale: float = field(
-        0.0,
-        help="Uniform initialisation in [-init_scale, init_scale] of every weight "
-        "(0: Keras defaults).",
-        at_least=0.0,
-    )
-    unigram_bias: bool = field(
-        True,
-        help="Start the output bias at the log unigram probabilities of the training "
-        "tokens (add-one), so that training starts from the unigram baseline.",
-    )
-
-
-@dataclasses.dataclass
-class LanguageModelTrainConfig(TrainConfig):
-    mode: str = field(
-        "truncated",
-        help="truncated: streams read in order, state carried across batches; "
-        "independent: the same windows, each from a zero state (shuffled if "
-        "train.shuffle).",
-        choices=("truncated", "independent"),
-    )
-    bptt: int = field(64, help="Time steps per window (truncated BPTT).", at_least=1)
-    optimizer: str = field("adam", help="Optimizer.", choices=("adam", "sgd"))
-    clipnorm: float = field(
-        1.0, help="Clip the gradients' global norm to this (0: no clip).", at_least=0.0
-    )
-    decay_after: int = field(
-        0,
-        help="Epochs at the initial learning rate before lr_decay starts.",
-        at_least=0,
-    )
-    lr_decay: float = field(
-        1.0,
-        help="Learning-rate factor per epoch after decay_after (1: constant).",
-        above=0.0,
-        at_most=1.0,
-    )
-    spectral_norm_every: int = field(
-        0,
-        help="Record sigma_max of every recurrent kernel every this many steps into "
-        "diagnostics/spectral_norms.csv and .png (0: off).",
-        at_least=0,
-    )
-
-
-@dataclasses.dataclass
-class LanguageModelEvaluationConfig(EvaluationConfig):
-    batch_size: int = field(
-        10,
-        help="Streams that read a split in evaluation (state carried through each).",
-        at_least=1,
-    )
-    length: int = field(200, help="Tokens generated by predict.", at_least=0)
-    temperature: float = field(
-        1.0, help="Sampling temperature (0: greedy).", at_least=0.0
-    )
-    top_k: int = field(
-        0, help="Sample only among the k most probable tokens (0: all).", at_least=0
-    )
-    top_p: float = field(
-        1.0,
-        help="Sample only from the nucleus of this probability mass (1: all).",
-        above=0.0,
-        at_most=1.0,
-    )
-    seed: int = field(0, help="Seed of the sampling.", at_least=0)
-
-
-@dataclasses.dataclass
-class LanguageModelConfig(RecipeConfig):
-    data: LanguageModelDataConfig = section(
-        LanguageModelDataConfig, "The text and its tokens."
-    )
-    model: LanguageModelModelConfig = section(
-        LanguageModelModelConfig, "The recurrent language model."
-    )
-    train: LanguageModelTrainConfig = section(
-        LanguageModelTrainConfig,
-        "The training loop.",
-        epochs=10,
-        batch_size=32,
-        learning_rate=0.002,
-        patience=3,
-        shuffle=False,
-    )
-    evaluation: LanguageModelEvaluationConfig = section(
-        LanguageModelEvaluationConfig, "Perplexity and sampling."
-    )
 
 
 class LanguageModelRecipe(Recipe):
@@ -389,6 +229,8 @@ class LanguageModelRecipe(Recipe):
         inputs: Sequence[str],
         config: LanguageModelConfig,
     ) -> list[str]:
+        from rnnkit_recipes.language_model.decode import generate
+
         return [generate(model, prompt, config) for prompt in _prompts(inputs)]
 
     def write_plots(
@@ -492,11 +334,12 @@ def mean_cross_entropy(
     `streams + 1` tokens is read by fewer streams.
     """
     import numpy as np
+    from rnnkit_recipes.language_model import decode
 
     from rnnkit.data.token_stream import stream_batches
 
     streams = _stream_count(ids, streams)
-    reader = _reader(model, streams, carry_state)
+    reader = decode.reader(model, streams, carry_state)
     total, count = 0.0, 0
     for inputs, targets in stream_batches(ids, streams, bptt, keep_partial=True):
         logits = np.asarray(reader.predict_on_batch(inputs), "float64")
@@ -511,54 +354,3 @@ def mean_cross_entropy(
 def _stream_count(ids: np.ndarray, wanted: int) -> int:
     """`wanted` streams, or fewer for a split too short to give each a token."""
     return max(1, min(wanted, len(ids) - 1))
-
-
-def _reader(model: keras.Model, batch_size: int, stateful: bool) -> keras.Model:
-    """A copy of `model` with its current weights for `batch_size` rows, states
-    cleared."""
-    copies = _readers.setdefault(model, {})
-    key = (batch_size, stateful)
-    if key in copies:
-        copies[key].set_weights(model.get_weights())
-    else:
-        copies[key] = model.with_batch_size(batch_size, stateful=stateful)
-    reader = copies[key]
-    reader.reset_states()
-    return reader
-
-
-# -- Generation ----------------------------------------------------------------------
-
-
-def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> str:
-    """The prompt followed by `evaluation.length` sampled tokens."""
-    from rnnkit_recipes.language_model.data import EOS, tokenize
-
-    from rnnkit import decoding
-
-    evaluation = config.evaluation
-    level = config.data.level
-    index = {token: i for i, token in enumerate(model.tokens)}
-    prompt_tokens = tokenize(
-        prompt, level, config.data.lowercase, config.data.standardize
-    )
-    if level == "word" and prompt_tokens and prompt_tokens[-1] == EOS:
-        prompt_tokens = prompt_tokens[:-1]  # continue the line, do not end it
-    if not prompt_tokens:
-        prompt_tokens = [EOS] if EOS in index else [model.tokens[-1]]
-    prompt_ids = [index.get(token, 0) for token in prompt_tokens]
-    reader = _reader(model, 1, stateful=True)
-    generated = decoding.sample_sequence(
-        reader.predict_on_batch,
-        prompt_ids,
-        evaluation.length,
-        temperature=evaluation.temperature,
-        top_k=evaluation.top_k,
-        top_p=evaluation.top_p,
-        seed=evaluation.seed,
-    )
-    tokens = [model.tokens[i] for i in generated]
-    if level == "char":
-        return prompt + "".join(tokens)
-    words = [prompt.strip(), *tokens]
-    return " ".join(words).replace(f" {EOS} ", "\n").replace(f" {EOS}", "\n")

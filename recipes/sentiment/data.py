@@ -20,7 +20,7 @@ from rnnkit.recipe import RecipeData
 
 if TYPE_CHECKING:
     import tensorflow as tf
-    from rnnkit_recipes.sentiment.recipe import SentimentConfig
+    from rnnkit_recipes.sentiment.config import SentimentConfig
 
 # Binary 0/1 labels in sentiment data sets mean negative/positive (IMDB, SST-2, Yelp).
 _BINARY_SENTIMENT = ("negative", "positive")

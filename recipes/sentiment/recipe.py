@@ -13,21 +13,15 @@ methods, because `rnnkit list` imports every recipe module to read its summary.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnkit_recipes.sentiment.config import SentimentConfig
+
 from rnnkit.recipe import (
-    DataConfig,
-    EvaluationConfig,
     Metrics,
-    ModelConfig,
     Recipe,
-    RecipeConfig,
-    TrainConfig,
-    field,
-    section,
 )
 
 if TYPE_CHECKING:
@@ -35,143 +29,6 @@ if TYPE_CHECKING:
     import keras_tuner
     import numpy as np
     from rnnkit_recipes.sentiment.data import SentimentData
-
-    from rnnkit.data.text import TextSplit
-
-
-@dataclasses.dataclass
-class SentimentDataConfig(DataConfig):
-    test_path: str | None = field(
-        None,
-        help="CSV/TSV file of test examples for a data.path file (otherwise "
-        "data.test_fraction of data.path is held out).",
-    )
-    text_column: str = field("text", help="Column of a CSV/TSV that holds the text.")
-    label_column: str = field("label", help="Column of a CSV/TSV that holds the label.")
-    class_names: tuple[str, ...] = field(
-        (),
-        help="Class names in label order; labels may be these names or their indices "
-        "(empty: inferred, and 0/1 read as negative/positive).",
-    )
-    encoding: str = field("utf-8", help="Text encoding of local files.")
-    validation_fraction: float = field(
-        0.1,
-        help="Share of the training data held out for early stopping (stratified).",
-        above=0.0,
-        below=1.0,
-    )
-    test_fraction: float = field(
-        0.1,
-        help="Share held out for testing when the source has no test split.",
-        above=0.0,
-        below=1.0,
-    )
-    limit: int = field(
-        0,
-        help="Keep a stratified sample of at most this many examples per split "
-        "(0 keeps all); for quick trials.",
-        at_least=0,
-    )
-    vocabulary_size: int = field(
-        30000,
-        help="Most frequent tokens kept (with padding and out-of-vocabulary).",
-        at_least=3,
-    )
-    sequence_length: int = field(
-        800, help="Most tokens of a text that the model reads.", at_least=1
-    )
-    keep: str = field(
-        "first",
-        help="Tokens kept from longer texts: the first or the last sequence_length.",
-        choices=("first", "last"),
-    )
-    lowercase: bool = field(True, help="Lower-case texts before tokenizing.")
-    bucket: bool = field(
-        True, help="Batch training texts of similar length together (faster)."
-    )
-
-
-@dataclasses.dataclass
-class SentimentModelConfig(ModelConfig):
-    cell_type: str = field(
-        "gru", help="Recurrent cell.", choices=("lstm", "gru", "simple_rnn")
-    )
-    units: int = field(128, help="Units per recurrent layer and direction.", at_least=1)
-    num_layers: int = field(1, help="Stacked recurrent layers.", at_least=1)
-    bidirectional: bool = field(True, help="Read texts in both directions.")
-    embedding_dim: int = field(
-        128, help="Size of the learned word vectors.", at_least=1
-    )
-    pooling: str = field(
-        "mean_max",
-        help=(
-            "Summary of the text: the last state, or the mean, the maximum or both"
-            " of the outputs over time."
-        ),
-        choices=("last", "mean", "max", "mean_max"),
-    )
-    embedding_dropout: float = field(
-        0.3, help="Spatial dropout rate on the word vectors.", at_least=0.0, below=1.0
-    )
-    dropout: float = field(
-        0.5,
-        help="Dropout rate on the recurrent inputs and before the output layer.",
-        at_least=0.0,
-        below=1.0,
-    )
-    recurrent_dropout: float = field(
-        0.0,
-        help="Dropout rate on the recurrent state (slower when > 0).",
-        at_least=0.0,
-        below=1.0,
-    )
-    pretrained: str | None = field(
-        None,
-        help="Run directory of a word-level language_model run whose word vectors "
-        "(matched by token) and recurrent layers initialise the classifier.",
-    )
-
-
-@dataclasses.dataclass
-class SentimentTrainConfig(TrainConfig):
-    schedule: str = field(
-        "cosine",
-        help="Learning rate over training: constant, or cosine decay from "
-        "train.learning_rate to 0 at the end of train.epochs.",
-        choices=("constant", "cosine"),
-    )
-    discriminative_lr: float = field(
-        1.0,
-        help="Divide the learning rate by this per layer group going down from the "
-        "output layer (ULMFiT: 2.6); 1 trains every layer at train.learning_rate.",
-        at_least=1.0,
-    )
-    gradual_unfreezing: bool = field(
-        False,
-        help="Train only the output layer in epoch 1 and one more layer group "
-        "(recurrent layers from the top, then the word vectors) in each later epoch.",
-    )
-
-
-@dataclasses.dataclass
-class SentimentEvaluationConfig(EvaluationConfig):
-    baselines: bool = field(
-        True,
-        help="Also fit and test the majority, bag-of-words and tf-idf bigram "
-        "baselines (about 3 minutes on all of IMDB on 2 cores).",
-    )
-
-
-@dataclasses.dataclass
-class SentimentConfig(RecipeConfig):
-    data: SentimentDataConfig = section(SentimentDataConfig, "Reviews and tokens.")
-    model: SentimentModelConfig = section(SentimentModelConfig, "The classifier.")
-    train: SentimentTrainConfig = section(
-        SentimentTrainConfig, "The training loop.", epochs=3, batch_size=64, patience=1
-    )
-    evaluation: SentimentEvaluationConfig = section(
-        SentimentEvaluationConfig, "How the test figures are computed."
-    )
 
 
 class SentimentRecipe(Recipe):
@@ -279,6 +136,8 @@ class SentimentRecipe(Recipe):
         )
         if not config.evaluation.baselines:
             return {"model": model_row}
+        from rnnkit_recipes.sentiment.baselines import baseline_table
+
         return {"model": model_row, **baseline_table(data, config)}
 
     def predict(
@@ -351,10 +210,9 @@ def _initialize_from_language_model(
     """Loads the word vectors and recurrent layers of the `model.pretrained` run."""
     import logging
 
-    from rnnkit.config import load_toml
     from rnnkit.errors import ConfigError
     from rnnkit.models.language_model import LanguageModel
-    from rnnkit.models.transfer import initialize_from_language_model
+    from rnnkit.models.transfer import initialize_from_language_model, recorded_setting
     from rnnkit.training import runner
 
     run_dir = Path(config.model.pretrained)
@@ -363,9 +221,8 @@ def _initialize_from_language_model(
             f"model.pretrained: {run_dir} is not a language_model run directory "
             "(train one with: rnnkit run language_model --set data.level=word ...)"
         )
-    from rnnkit_recipes.language_model.recipe import LanguageModelConfig
-
-    level = load_toml(LanguageModelConfig, run_dir / runner.CONFIG_FILE).data.level
+    # The language-model recipe's default level, for a config.toml that records none.
+    level = recorded_setting(run_dir / runner.CONFIG_FILE, "data.level", "char")
     if level != "word":
         raise ConfigError(
             f"model.pretrained: {run_dir} is a {level}-level language model; the "
@@ -381,99 +238,3 @@ def _initialize_from_language_model(
     except ValueError as error:
         raise ConfigError(f"model.pretrained: {error}") from None
     logging.getLogger("rnnkit").info("pre-trained: %s", report)
-
-
-def _majority_probabilities(
-    train: TextSplit, test: TextSplit, num_classes: int
-) -> np.ndarray:
-    """Every test text gets the training class frequencies: the majority class wins."""
-    import numpy as np
-
-    frequencies = np.bincount(train.labels, minlength=num_classes) / len(train)
-    return np.tile(frequencies, (len(test), 1))
-
-
-def baseline_table(data: SentimentData, config: SentimentConfig) -> Metrics:
-    """The baselines' test figures, each fitted on the same training texts: the
-    majority class, unigram bag-of-words and uni+bigram tf-idf logistic regressions."""
-    from rnnkit.metrics import classification_metrics
-
-    text = data.text
-    train, test, num_classes = text.train, text.test, text.num_classes
-    return {
-        "majority": classification_metrics(
-            test.labels, _majority_probabilities(train, test, num_classes)
-        ),
-        "bag_of_words": classification_metrics(
-            test.labels, _bag_of_words_probabilities(train, test, num_classes, config)
-        ),
-        "tfidf_bigrams": classification_metrics(
-            test.labels,
-            _tfidf_bigram_probabilities(
-                train, text.validation, test, num_classes, config
-            ),
-        ),
-    }
-
-
-def _bag_of_words_probabilities(
-    train: TextSplit, test: TextSplit, num_classes: int, config: SentimentConfig
-) -> np.ndarray:
-    """A unigram bag-of-words logistic regression (scikit-learn) on the same training
-    texts, with the same vocabulary size and lower-casing as the model."""
-    import numpy as np
-    from sklearn.feature_extraction.text import CountVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    vectorizer = CountVectorizer(
-        binary=True,
-        lowercase=config.data.lowercase,
-        max_features=config.data.vocabulary_size,
-    )
-    features = vectorizer.fit_transform(train.texts)
-    classifier = LogisticRegression(max_iter=1000)
-    classifier.fit(features, train.labels)
-    probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
-    # Columns follow classifier.classes_ (the classes seen in training).
-    by_class = np.zeros((len(test), num_classes))
-    by_class[:, classifier.classes_] = probabilities
-    return by_class
-
-
-# The inverse regularisation strengths the tf-idf baseline chooses from.
-TFIDF_C_GRID = (1.0, 4.0, 16.0, 64.0)
-
-
-def _tfidf_bigram_probabilities(
-    train: TextSplit,
-    validation: TextSplit,
-    test: TextSplit,
-    num_classes: int,
-    config: SentimentConfig,
-) -> np.ndarray:
-    """The standard strong linear baseline of IMDB papers: word unigram + bigram tf-idf
-    (sublinear term frequency, n-grams seen in at least two training texts) and a
-    logistic regression whose C is chosen on the validation split (never the test)."""
-    import numpy as np
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    vectorizer = TfidfVectorizer(
-        ngram_range=(1, 2),
-        min_df=2,
-        sublinear_tf=True,
-        lowercase=config.data.lowercase,
-    )
-    features = vectorizer.fit_transform(train.texts)
-    best, best_accuracy = None, -1.0
-    validation_features = vectorizer.transform(validation.texts)
-    for strength in TFIDF_C_GRID:
-        classifier = LogisticRegression(C=strength, max_iter=1000)
-        classifier.fit(features, train.labels)
-        accuracy = classifier.score(validation_features, validation.labels)
-        if accuracy > best_accuracy:
-            best, best_accuracy = classifier, accuracy
-    probabilities = best.predict_proba(vectorizer.transform(test.texts))
-    by_class = np.zeros((len(test), num_classes))
-    by_class[:, best.classes_] = probabilities
-    return by_class

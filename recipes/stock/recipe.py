@@ -8,21 +8,15 @@ walk: "tomorrow's close is today's") and moving-average baselines on the same te
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnkit_recipes.stock.config import StockConfig
+
 from rnnkit.recipe import (
-    DataConfig,
-    EvaluationConfig,
     Metrics,
-    ModelConfig,
     Recipe,
-    RecipeConfig,
-    TrainConfig,
-    field,
-    section,
 )
 
 if TYPE_CHECKING:
@@ -30,62 +24,6 @@ if TYPE_CHECKING:
     import keras_tuner
     import numpy as np
     from rnnkit_recipes.stock.data import Split, StockData
-
-
-@dataclasses.dataclass
-class StockDataConfig(DataConfig):
-    ticker: str | None = field(
-        None, help="Ticker to keep from a multi-ticker file (its Name/Ticker column)."
-    )
-    use_adjusted: bool = field(
-        True, help="Use the file's Adj Close (split/dividend adjusted) as the close."
-    )
-    start: str | None = field(None, help="First date to use (YYYY-MM-DD).")
-    end: str | None = field(None, help="Last date to use (YYYY-MM-DD).")
-    window: int = field(
-        30, help="Past trading days the model reads per forecast.", at_least=1
-    )
-    horizon: int = field(
-        1, help="Trading days forecast ahead (1 = next day).", at_least=1
-    )
-    validation_fraction: float = field(
-        0.15,
-        help="Share of days (before the test days) used for validation.",
-        above=0.0,
-        below=1.0,
-    )
-    test_fraction: float = field(
-        0.15, help="Share of the last days used for testing.", above=0.0, below=1.0
-    )
-
-
-@dataclasses.dataclass
-class StockModelConfig(ModelConfig):
-    cell_type: str = field("lstm", help="Recurrent layer.", choices=("lstm", "gru"))
-    units: int = field(32, help="Units per recurrent layer.", at_least=1)
-    layers: int = field(2, help="Stacked recurrent layers.", at_least=1)
-    dropout: float = field(
-        0.0, help="Dropout before the output layer.", at_least=0.0, below=1.0
-    )
-
-
-@dataclasses.dataclass
-class StockEvaluationConfig(EvaluationConfig):
-    moving_average_days: int = field(
-        5, help="Days averaged by the moving-average baseline.", at_least=1
-    )
-
-
-@dataclasses.dataclass
-class StockConfig(RecipeConfig):
-    data: StockDataConfig = section(StockDataConfig, "Price source and windows.")
-    model: StockModelConfig = section(StockModelConfig, "The recurrent regressor.")
-    train: TrainConfig = section(
-        TrainConfig, "The training loop.", epochs=20, batch_size=64, patience=4
-    )
-    evaluation: StockEvaluationConfig = section(
-        StockEvaluationConfig, "Baselines and backtest."
-    )
 
 
 class StockRecipe(Recipe):
@@ -236,15 +174,6 @@ def forecast_closes(
     return predicted, actual, last
 
 
-def moving_average(closes: np.ndarray, anchors: np.ndarray, days: int) -> np.ndarray:
-    """Mean close of the `days` days ending on each anchor (fewer at the start)."""
-    import numpy as np
-
-    totals = np.concatenate([[0.0], np.cumsum(closes)])
-    first = np.maximum(anchors + 1 - days, 0)
-    return (totals[anchors + 1] - totals[first]) / (anchors + 1 - first)
-
-
 def forecast_table(
     model: keras.Model, data: StockData, moving_average_days: int, batch_size: int
 ) -> Metrics:
@@ -255,6 +184,7 @@ def forecast_table(
     the persistence forecast's on the same test days.
     """
     import numpy as np
+    from rnnkit_recipes.stock.baselines import moving_average
 
     from rnnkit.metrics import directional_accuracy, mae, mase, relative_mae, rmse
 

@@ -32,7 +32,7 @@ from rnnkit.recipe import RecipeData
 
 if TYPE_CHECKING:
     import tensorflow as tf
-    from rnnkit_recipes.translation.recipe import TranslationConfig
+    from rnnkit_recipes.translation.config import TranslationConfig
 
 log = logging.getLogger("rnnkit")
 

@@ -21,198 +21,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from rnnkit.data.parallel_text import ANKI_SPA_ENG_URL
+from rnnkit_recipes.translation.config import TranslationConfig
+
 from rnnkit.recipe import (
     ConfigError,
-    DataConfig,
-    EvaluationConfig,
     Metrics,
-    ModelConfig,
     Recipe,
-    RecipeConfig,
-    TrainConfig,
-    field,
-    section,
 )
 
 if TYPE_CHECKING:
     import keras
     import keras_tuner
-    import numpy as np
     from rnnkit_recipes.translation.data import TranslationData
 
-    from rnnkit.decoding import SearchResult
 
 log = logging.getLogger("rnnkit")
-
-
-@dataclasses.dataclass
-class TranslationDataConfig(DataConfig):
-    format: str = field(
-        "anki",
-        help="anki: tab-separated pairs (.txt or .zip; data.path unset downloads the "
-        "English-Spanish pairs); parallel: one file per language and split, found "
-        "by filling {split} and {lang} in data.path.",
-        choices=("anki", "parallel"),
-    )
-    url: str = field(
-        ANKI_SPA_ENG_URL, help="Download of the anki pairs (no data.path)."
-    )
-    source_lang: str = field("en", help="Language translated from.")
-    target_lang: str = field("es", help="Language translated into.")
-    columns: tuple[str, ...] = field(
-        ("en", "es"), help="anki: the language of each tab-separated column."
-    )
-    train_split: str = field("train", help="parallel: {split} of the training files.")
-    validation_split: str = field(
-        "val",
-        help="parallel: {split} of the validation files ('' cuts them from train).",
-    )
-    test_split: str = field(
-        "test_2016_flickr",
-        help="parallel: {split} of the test files ('' cuts them from train).",
-    )
-    validation_fraction: float = field(
-        0.05,
-        help="Share of a single-file corpus held out for validation.",
-        above=0.0,
-        below=0.5,
-    )
-    test_fraction: float = field(
-        0.02,
-        help="Share of a single-file corpus held out for testing.",
-        above=0.0,
-        below=0.5,
-    )
-    split_seed: int = field(
-        0, help="Seed of the split of a single-file corpus.", at_least=0
-    )
-    limit: int = field(
-        0,
-        help="Keep at most this many pairs per split (0 keeps all); quick trials.",
-        at_least=0,
-    )
-    max_length: int = field(
-        50,
-        help="Drop training/validation pairs longer than this many tokens (0: keep).",
-        at_least=0,
-    )
-    unicode_form: str = field(
-        "NFKC", help="Unicode normalisation.", choices=("NFC", "NFKC", "NFD", "NFKD")
-    )
-    lowercase: bool = field(True, help="Lower-case both languages (BLEU then too).")
-    split_punctuation: bool = field(
-        True, help="Make punctuation marks tokens of their own."
-    )
-    tokenizer: str = field(
-        "subword",
-        help="subword: BPE pieces of the words (SentencePiece, learned on the "
-        "training split), so rare words are spelled out; word: whole words, the "
-        "rarer ones [UNK].",
-        choices=("subword", "word"),
-    )
-    subword_vocabulary_size: int = field(
-        8000,
-        help="subword: pieces per language, special tokens included.",
-        above=4,
-    )
-    vocabulary_size: int = field(
-        0,
-        help="word: most tokens kept per language, special tokens included (0: all).",
-        at_least=0,
-    )
-    min_frequency: int = field(
-        2,
-        help="word: tokens seen fewer times in training become [UNK].",
-        at_least=1,
-    )
-    skip_empty_lines: bool = field(
-        False, help="Drop pairs with an empty sentence instead of stopping."
-    )
-
-
-@dataclasses.dataclass
-class TranslationModelConfig(ModelConfig):
-    cell_type: str = field("gru", help="Recurrent cell.", choices=("gru", "lstm"))
-    embedding_dim: int = field(128, help="Size of the token embeddings.", at_least=1)
-    units: int = field(
-        256, help="Units per recurrent layer (per direction).", at_least=1
-    )
-    encoder_layers: int = field(1, help="Stacked encoder layers.", at_least=1)
-    decoder_layers: int = field(1, help="Stacked decoder cells.", at_least=1)
-    bidirectional: bool = field(True, help="Read the source in both directions.")
-    attention: str = field(
-        "bahdanau",
-        help="Attention over the encoder states (none: the plain encoder-decoder).",
-        choices=("bahdanau", "dot", "multihead", "none"),
-    )
-    attention_units: int | None = field(
-        None, help="Size of the Bahdanau scoring layer (none: model.units).", at_least=1
-    )
-    num_heads: int = field(4, help="Heads of multihead attention.", at_least=1)
-    dropout: float = field(
-        0.2,
-        help="Dropout on embeddings, between layers, output.",
-        at_least=0.0,
-        below=1.0,
-    )
-    input_feeding: bool = field(
-        True, help="Feed the previous attention context into the next decoder step."
-    )
-    reverse_source: bool = field(
-        False, help="Read the source backwards (Sutskever et al. 2014)."
-    )
-
-
-@dataclasses.dataclass
-class TranslationTrainConfig(TrainConfig):
-    clipnorm: float = field(
-        1.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
-    )
-    label_smoothing: float = field(
-        0.0,
-        help="Spread this share of each target token's probability evenly over the "
-        "vocabulary (0: plain cross-entropy).",
-        at_least=0.0,
-        below=1.0,
-    )
-
-
-@dataclasses.dataclass
-class TranslationEvaluationConfig(EvaluationConfig):
-    beam_width: int = field(
-        5, help="Hypotheses kept per sentence by beam search.", at_least=1
-    )
-    n_best: int = field(
-        1, help="Hypotheses printed per sentence by predict.", at_least=1
-    )
-    length_penalty: float = field(
-        0.6, help="GNMT length-penalty alpha of beam search (0: none).", at_least=0.0
-    )
-    max_length_ratio: float = field(
-        1.5,
-        help="Translations stop after ratio * source tokens + offset tokens.",
-        above=0.0,
-    )
-    max_length_offset: int = field(10, help="See max_length_ratio.", at_least=0)
-    decode_batch_size: int = field(64, help="Sentences decoded together.", at_least=1)
-    heatmaps: int = field(
-        3, help="Attention heatmaps of test sentences in plots/.", at_least=0
-    )
-
-
-@dataclasses.dataclass
-class TranslationConfig(RecipeConfig):
-    data: TranslationDataConfig = section(TranslationDataConfig, "Sentence pairs.")
-    model: TranslationModelConfig = section(
-        TranslationModelConfig, "The encoder-decoder."
-    )
-    train: TranslationTrainConfig = section(
-        TranslationTrainConfig, "The training loop.", epochs=10, patience=3
-    )
-    evaluation: TranslationEvaluationConfig = section(
-        TranslationEvaluationConfig, "Decoding and scoring."
-    )
 
 
 class TranslationRecipe(Recipe):
@@ -287,6 +110,8 @@ class TranslationRecipe(Recipe):
         self, model: keras.Model, data: TranslationData, config: TranslationConfig
     ) -> Metrics:
         import sacrebleu
+        from rnnkit_recipes.translation.baselines import copy_source, unigram_figures
+        from rnnkit_recipes.translation.decode import bleu_reference, translate
 
         from rnnkit.data.parallel_text import UNK, count_unknown
 
@@ -296,7 +121,7 @@ class TranslationRecipe(Recipe):
             data.train, data.validation, len(data.target_vocabulary)
         )
         sources = [source for source, _ in data.test_pairs]
-        references = [_reference(t, data) for _, t in data.test_pairs]
+        references = [bleu_reference(t, data) for _, t in data.test_pairs]
         lowercase = data.text_options.lowercase
         bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
         chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
@@ -326,10 +151,9 @@ class TranslationRecipe(Recipe):
         ):
             log.info("  source:    %s\n  reference: %s\n  beam:      %s",
                      source, reference, hypothesis)  # fmt: skip
-        copied = [_reference(s, data) for s in sources]
         return {
             "model": model_row,
-            "copy_source": scores(copied),
+            "copy_source": scores(copy_source(sources, data)),
             "unigram": unigram,
         }
 
@@ -338,6 +162,7 @@ class TranslationRecipe(Recipe):
     ) -> list[str]:
         import numpy as np
         from rnnkit_recipes.translation.data import text_options
+        from rnnkit_recipes.translation.decode import detokenized, search, source_tokens
 
         from rnnkit.data.parallel_text import vocabulary_class
         from rnnkit.data.text import read_inputs
@@ -354,7 +179,7 @@ class TranslationRecipe(Recipe):
         n_best = config.evaluation.n_best
         result = search(
             model,
-            [source_vocabulary.encode(_tokens(s, options)) for s in sentences],
+            [source_vocabulary.encode(source_tokens(s, options)) for s in sentences],
             config,
             beam_width=max(config.evaluation.beam_width, n_best),
             n_best=n_best,
@@ -362,7 +187,7 @@ class TranslationRecipe(Recipe):
         lines = []
         for row, sentence in enumerate(sentences):
             texts = [
-                _detokenize(target_vocabulary, tokens) for tokens in result.tokens[row]
+                detokenized(target_vocabulary, tokens) for tokens in result.tokens[row]
             ]
             if n_best == 1:
                 lines.append(texts[0])
@@ -382,6 +207,8 @@ class TranslationRecipe(Recipe):
         config: TranslationConfig,
         plot_dir: Path,
     ) -> None:
+        from rnnkit_recipes.translation.decode import search, source_tokens
+
         from rnnkit import plots
         from rnnkit.data.parallel_text import UNK
 
@@ -389,7 +216,7 @@ class TranslationRecipe(Recipe):
         if model.attention == "none" or count == 0:
             return
         sentences = [source for source, _ in data.test_pairs[:count]]
-        source_words = [_tokens(s, data.text_options) for s in sentences]
+        source_words = [source_tokens(s, data.text_options) for s in sentences]
         result = search(
             model,
             [data.source_vocabulary.encode(words) for words in source_words],
@@ -487,125 +314,6 @@ def _check_vocabularies(
     )
 
 
-# -- Decoding ------------------------------------------------------------------------
-
-
-def _tokens(sentence: str, options) -> list[str]:
-    from rnnkit.data.parallel_text import tokenize
-
-    return tokenize(sentence, options)
-
-
-def _detokenize(vocabulary, ids) -> str:
-    from rnnkit.data.parallel_text import detokenize
-
-    return detokenize(vocabulary.decode(ids))
-
-
-def _reference(sentence: str, data: TranslationData) -> str:
-    """A reference as BLEU sees it: normalised, but neither tokenised nor lower-cased.
-
-    (sacreBLEU lower-cases itself when the model is trained lower-cased.)
-    """
-    from rnnkit.data.parallel_text import TextOptions, normalize
-
-    options = TextOptions(data.text_options.unicode_form, lowercase=False)
-    return normalize(sentence, options)
-
-
-def search(
-    model: keras.Model,
-    source_ids: list[list[int]],
-    config: TranslationConfig,
-    beam_width: int,
-    n_best: int = 1,
-) -> SearchResult:
-    """Greedy (beam_width 1) or beam search over sentences, batched by length.
-
-    Returns one `SearchResult` for all sentences, in their original order.
-    """
-    import keras
-    import numpy as np
-
-    from rnnkit import decoding
-    from rnnkit.data.parallel_text import END_ID, PAD_ID, START_ID, UNK_ID
-
-    evaluation = config.evaluation
-    common = dict(
-        start_id=START_ID,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        suppress_ids=(PAD_ID, START_ID),
-        max_length_ratio=evaluation.max_length_ratio,
-        max_length_offset=evaluation.max_length_offset,
-    )
-    # Sorting by length keeps padding, and so wasted decoder steps, small.
-    order = np.argsort([len(ids) for ids in source_ids], kind="stable")
-    batch_size = evaluation.decode_batch_size
-    parts = []
-    for start in range(0, len(order), batch_size):
-        # A sentence without tokens still has one, unknown, so the encoder sees it.
-        batch = keras.utils.pad_sequences(
-            [source_ids[i] or [UNK_ID] for i in order[start : start + batch_size]],
-            padding="post",
-        )
-        if beam_width == 1:
-            parts.append(decoding.greedy_search(model, batch, **common))
-        else:
-            parts.append(
-                decoding.beam_search(
-                    model,
-                    batch,
-                    beam_width=beam_width,
-                    n_best=n_best,
-                    length_penalty_alpha=evaluation.length_penalty,
-                    **common,
-                )
-            )
-    inverse = np.argsort(order)
-    steps = max(part.tokens.shape[2] for part in parts)
-    source_length = max(part.attention.shape[2] for part in parts)
-
-    def joined(name: str) -> np.ndarray:
-        arrays = []
-        for part in parts:
-            array = getattr(part, name)
-            if name == "tokens":
-                array = np.pad(array, ((0, 0), (0, 0), (0, steps - array.shape[2])))
-            elif name == "attention":
-                array = np.pad(
-                    array,
-                    (
-                        (0, 0),
-                        (0, steps - array.shape[1]),
-                        (0, source_length - array.shape[2]),
-                    ),
-                )
-            arrays.append(array)
-        return np.concatenate(arrays)[inverse]
-
-    return decoding.SearchResult(
-        **{f.name: joined(f.name) for f in dataclasses.fields(decoding.SearchResult)}
-    )
-
-
-def translate(
-    model: keras.Model,
-    sentences: list[str],
-    data: TranslationData,
-    config: TranslationConfig,
-    beam_width: int | None,
-) -> list[str]:
-    """Detokenised best translations (beam_width None: the configured beam)."""
-    source_ids = [
-        data.source_vocabulary.encode(_tokens(s, data.text_options)) for s in sentences
-    ]
-    result = search(
-        model, source_ids, config, beam_width or config.evaluation.beam_width
-    )
-    return [_detokenize(data.target_vocabulary, tokens[0]) for tokens in result.tokens]
-
-
 # -- Teacher-forced figures ----------------------------------------------------------
 
 
@@ -633,27 +341,4 @@ def teacher_forced_figures(model: keras.Model, dataset) -> dict[str, float]:
     return {
         "val_token_accuracy": correct / count,
         "val_perplexity": math.exp(-total_log_prob / count),
-    }
-
-
-def unigram_figures(train, validation, vocabulary_size: int) -> dict[str, float]:
-    """The baseline that ignores source and context: training token frequencies."""
-    import numpy as np
-
-    counts = np.zeros(vocabulary_size)
-    for _, target_out in train:
-        counts += np.bincount(np.asarray(target_out).ravel(), minlength=vocabulary_size)
-    counts[0] = 0  # padding
-    # Add-one smoothing, so that a token unseen in training has a finite cost.
-    probabilities = (counts + 1) / (counts.sum() + vocabulary_size)
-    log_prob, correct, count = 0.0, 0, 0
-    for _, target_out in validation:
-        ids = np.asarray(target_out)
-        ids = ids[ids != 0]
-        log_prob += float(np.log(probabilities[ids]).sum())
-        correct += int((ids == counts.argmax()).sum())
-        count += len(ids)
-    return {
-        "val_token_accuracy": correct / count,
-        "val_perplexity": math.exp(-log_prob / count),
     }

@@ -33,23 +33,20 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit.models._arguments import positive_int
+from rnnkit.models._recurrent import (
+    recurrent_cell_class,
+    recurrent_layer_class,
+    states_per_cell,
+)
 
-CELL_TYPES = ("gru", "lstm")
 ATTENTION_TYPES = ("none", "bahdanau", "dot", "multihead")
-
-
-def _positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(
-            f"Argument `{name}` must be a positive integer, received {name}={value!r}."
-        )
-    return value
 
 
 def _vocabulary(name, value):
     """(size, tokens or None) from a token list or a vocabulary size."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return _positive_int(name, value), None
+        return positive_int(name, value), None
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
         tokens = [str(token) for token in value]
         return len(tokens), tokens
@@ -72,7 +69,8 @@ class EncoderDecoder(keras.Model):
         target_vocabulary: the target tokens or the target vocabulary size.
         embedding_dim: size of the token embeddings. Defaults to 256.
         units: units of every recurrent layer (per direction). Defaults to 512.
-        cell_type: "gru" or "lstm" (rnnkit layers). Defaults to "gru".
+        cell_type: the name of a registered recurrent layer (`"gru"`, `"lstm"`,
+            ...; `rnnkit.layers.get_recurrent`). Defaults to "gru".
         encoder_layers: stacked encoder layers. Defaults to 1.
         decoder_layers: stacked decoder cells. Defaults to 1.
         bidirectional: read the source both ways. Defaults to True.
@@ -134,16 +132,12 @@ class EncoderDecoder(keras.Model):
         self.target_vocabulary_size, self.target_tokens = _vocabulary(
             "target_vocabulary", target_vocabulary
         )
-        self.embedding_dim = _positive_int("embedding_dim", embedding_dim)
-        self.units = _positive_int("units", units)
-        if cell_type not in CELL_TYPES:
-            raise ValueError(
-                f"Argument `cell_type` must be one of {CELL_TYPES}, "
-                f"received cell_type={cell_type!r}."
-            )
+        self.embedding_dim = positive_int("embedding_dim", embedding_dim)
+        self.units = positive_int("units", units)
+        layer_class = recurrent_layer_class(cell_type)
         self.cell_type = cell_type
-        self.encoder_layers = _positive_int("encoder_layers", encoder_layers)
-        self.decoder_layers = _positive_int("decoder_layers", decoder_layers)
+        self.encoder_layers = positive_int("encoder_layers", encoder_layers)
+        self.decoder_layers = positive_int("decoder_layers", decoder_layers)
         self.bidirectional = bool(bidirectional)
         if attention not in ATTENTION_TYPES:
             raise ValueError(
@@ -154,9 +148,9 @@ class EncoderDecoder(keras.Model):
         self.attention_units = (
             units
             if attention_units is None
-            else _positive_int("attention_units", attention_units)
+            else positive_int("attention_units", attention_units)
         )
-        self.num_heads = _positive_int("num_heads", num_heads)
+        self.num_heads = positive_int("num_heads", num_heads)
         if attention == "multihead" and units % num_heads:
             raise ValueError(
                 f"Argument `num_heads` must divide units={units}, "
@@ -173,11 +167,12 @@ class EncoderDecoder(keras.Model):
         self.seed = seed
         super().__init__(**kwargs)
 
-        layer_class = {"gru": rnnkit_layers.GRU, "lstm": rnnkit_layers.LSTM}[cell_type]
-        cell_class = {"gru": rnnkit_layers.GRUCell, "lstm": rnnkit_layers.LSTMCell}[
-            cell_type
+        cell_class = recurrent_cell_class(cell_type)
+        decoder_cells = [
+            cell_class(units, name=f"decoder_{cell_type}_cell_{index}")
+            for index in range(decoder_layers)
         ]
-        self.states_per_cell = 2 if cell_type == "lstm" else 1
+        self.states_per_cell = states_per_cell(decoder_cells[0])
         # Encoder states, and the summary that the plain model uses as its context.
         self.encoder_dim = units * (2 if self.bidirectional else 1)
 
@@ -185,8 +180,8 @@ class EncoderDecoder(keras.Model):
         # inputs that small, training on real sentence pairs drives every encoder and
         # decoder state into tanh saturation within one epoch (each example's gradient
         # first points the same way, towards the unigram distribution), and the model
-        # never leaves the unigram loss. Measured on 1,000 Multi30k pairs, 6 epochs:
-        # training loss 5.25 (stuck) with the Keras default, 4.42 and falling with this.
+        # never leaves the unigram loss (docs/performance.md, "Recipe figures:
+        # history").
         self.source_embedding = keras.layers.Embedding(
             self.source_vocabulary_size,
             embedding_dim,
@@ -218,10 +213,7 @@ class EncoderDecoder(keras.Model):
             activation="tanh",
             name="bridge",
         )
-        self.decoder_cells = [
-            cell_class(units, name=f"decoder_{cell_type}_cell_{index}")
-            for index in range(decoder_layers)
-        ]
+        self.decoder_cells = decoder_cells
         if attention == "bahdanau":
             self.attention_layer = rnnkit_layers.BahdanauAttention(
                 self.attention_units, name="attention"

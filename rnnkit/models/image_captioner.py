@@ -17,10 +17,11 @@ over the whole caption. With `attention="none"` the context is the mean annotati
 vector at every step (the attention-free decoder of Show and Tell, Vinyals et al.
 2015, as an ablation).
 
-The encoder is a `keras.applications` backbone ("mobilenet_v2", "efficientnet_b0",
-"resnet50") without its top, or "small_cnn", four convolution blocks for training from
-scratch on a CPU. A frozen encoder's annotation vectors can be computed once and fed
-instead of images (the "features" input), so training skips the CNN.
+The encoder (`rnnkit.models.image_encoder`) is a `keras.applications` backbone
+("mobilenet_v2", "efficientnet_b0", "resnet50") without its top, or "small_cnn", four
+convolution blocks for training from scratch on a CPU. A frozen encoder's annotation
+vectors can be computed once and fed instead of images (the "features" input), so
+training skips the CNN.
 
 Training runs the decoder under teacher forcing; inference runs one step at a time
 through `encode`, `initial_decoder_state` and `decode_step`, the interface that
@@ -39,26 +40,12 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit.models._arguments import positive_int
+from rnnkit.models._recurrent import recurrent_cell_class, states_per_cell
+from rnnkit.models.image_encoder import ENCODERS, image_encoder
+from rnnkit.models.image_encoder import ImagePreprocessing as ImagePreprocessing
 
-ENCODERS = ("small_cnn", "mobilenet_v2", "efficientnet_b0", "resnet50")
-CELL_TYPES = ("gru", "lstm")
 ATTENTION_TYPES = ("bahdanau", "none")
-# How each backbone expects its 0-255 RGB input (keras.applications preprocess_input).
-_PREPROCESSING = {
-    "small_cnn": "unit",
-    "mobilenet_v2": "symmetric",
-    "efficientnet_b0": "raw",
-    "resnet50": "caffe",
-}
-_CAFFE_BGR_MEAN = (103.939, 116.779, 123.68)
-
-
-def _positive_int(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(
-            f"Argument `{name}` must be a positive integer, received {name}={value!r}."
-        )
-    return value
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -141,85 +128,6 @@ class TokenCrossEntropy(keras.metrics.Metric):
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
-class ImagePreprocessing(keras.layers.Layer):
-    """Maps 0-255 RGB pixels to what a backbone was trained on.
-
-    Args:
-        mode: "unit" (x / 255), "symmetric" (x / 127.5 - 1, MobileNetV2), "raw"
-            (unchanged; EfficientNet rescales inside) or "caffe" (RGB -> BGR minus
-            the ImageNet channel means, ResNet50).
-    """
-
-    MODES = ("unit", "symmetric", "raw", "caffe")
-
-    def __init__(self, mode="unit", **kwargs):
-        if mode not in self.MODES:
-            raise ValueError(
-                f"Argument `mode` must be one of {self.MODES}, received mode={mode!r}."
-            )
-        super().__init__(**kwargs)
-        self.mode = mode
-
-    def call(self, images):
-        images = ops.cast(images, self.compute_dtype)
-        if self.mode == "unit":
-            return images / 255.0
-        if self.mode == "symmetric":
-            return images / 127.5 - 1.0
-        if self.mode == "caffe":
-            return ops.flip(images, axis=-1) - ops.convert_to_tensor(
-                _CAFFE_BGR_MEAN, self.compute_dtype
-            )
-        return images
-
-    def get_config(self):
-        return {**super().get_config(), "mode": self.mode}
-
-
-def image_encoder(name: str, image_size: int, width: int = 32) -> keras.Model:
-    """The CNN that maps `(batch, size, size, 3)` 0-255 images to annotation vectors
-    `(batch, L, D)`, with random weights (load pretrained ones afterwards).
-
-    Args:
-        name: one of `ENCODERS`.
-        image_size: side of the square input images in pixels.
-        width: filters of the first "small_cnn" block (doubled per block).
-    """
-    if name not in ENCODERS:
-        raise ValueError(
-            f"Argument `name` must be one of {ENCODERS}, received {name!r}."
-        )
-    _positive_int("image_size", image_size)
-    images = keras.Input((image_size, image_size, 3), name="image")
-    x = ImagePreprocessing(_PREPROCESSING[name], name="preprocessing")(images)
-    if name == "small_cnn":
-        _positive_int("width", width)
-        for block in range(4):
-            filters = width * 2**block
-            x = keras.layers.Conv2D(
-                filters, 3, padding="same", use_bias=False, name=f"conv_{block}"
-            )(x)
-            x = keras.layers.BatchNormalization(name=f"norm_{block}")(x)
-            x = keras.layers.ReLU(name=f"relu_{block}")(x)
-            x = keras.layers.MaxPooling2D(2, name=f"pool_{block}")(x)  # halves h, w
-    else:
-        application = {
-            "mobilenet_v2": keras.applications.MobileNetV2,
-            "efficientnet_b0": keras.applications.EfficientNetB0,
-            "resnet50": keras.applications.ResNet50,
-        }[name]
-        backbone = application(
-            include_top=False, weights=None, input_shape=(image_size, image_size, 3)
-        )
-        x = backbone(x)
-    height, width_, depth = x.shape[1:]
-    annotations = keras.layers.Reshape((height * width_, depth), name="annotations")(
-        x
-    )  # (batch, L, D)
-    return keras.Model(images, annotations, name=f"{name}_encoder")
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
 class ImageCaptioner(keras.Model):
     """Show, Attend and Tell: CNN annotation vectors, attentive rnnkit decoder cell.
 
@@ -235,7 +143,9 @@ class ImageCaptioner(keras.Model):
         encoder_trainable: train the encoder with the decoder. Defaults to True.
         embedding_dim: size of the word embeddings. Defaults to 256.
         units: units of the decoder cell. Defaults to 512.
-        cell_type: "lstm" or "gru" (rnnkit cells). Defaults to "lstm".
+        cell_type: the name of a registered recurrent layer whose cell decodes
+            (`"lstm"`, `"gru"`, ...; `rnnkit.layers.get_recurrent`). Defaults to
+            "lstm".
         attention: "bahdanau" or "none" (mean annotation vector). Defaults to
             "bahdanau".
         attention_units: size of the Bahdanau scoring layer. Defaults to `units`.
@@ -286,12 +196,12 @@ class ImageCaptioner(keras.Model):
     ):
         if isinstance(vocabulary, int) and not isinstance(vocabulary, bool):
             self.vocabulary_size, self.tokens = (
-                _positive_int("vocabulary", vocabulary),
+                positive_int("vocabulary", vocabulary),
                 None,
             )
         elif isinstance(vocabulary, Sequence) and not isinstance(vocabulary, str):
             self.tokens = [str(token) for token in vocabulary]
-            self.vocabulary_size = _positive_int("vocabulary", len(self.tokens))
+            self.vocabulary_size = positive_int("vocabulary", len(self.tokens))
         else:
             raise ValueError(
                 "Argument `vocabulary` must be a vocabulary size or a list of tokens, "
@@ -302,11 +212,7 @@ class ImageCaptioner(keras.Model):
                 f"Argument `encoder` must be one of {ENCODERS}, received "
                 f"encoder={encoder!r}."
             )
-        if cell_type not in CELL_TYPES:
-            raise ValueError(
-                f"Argument `cell_type` must be one of {CELL_TYPES}, received "
-                f"cell_type={cell_type!r}."
-            )
+        cell_class = recurrent_cell_class(cell_type)
         if attention not in ATTENTION_TYPES:
             raise ValueError(
                 f"Argument `attention` must be one of {ATTENTION_TYPES}, received "
@@ -323,17 +229,17 @@ class ImageCaptioner(keras.Model):
                 f"dropout={dropout!r}."
             )
         self.encoder_name = encoder
-        self.image_size = _positive_int("image_size", image_size)
-        self.encoder_width = _positive_int("encoder_width", encoder_width)
+        self.image_size = positive_int("image_size", image_size)
+        self.encoder_width = positive_int("encoder_width", encoder_width)
         self.encoder_trainable = bool(encoder_trainable)
-        self.embedding_dim = _positive_int("embedding_dim", embedding_dim)
-        self.units = _positive_int("units", units)
+        self.embedding_dim = positive_int("embedding_dim", embedding_dim)
+        self.units = positive_int("units", units)
         self.cell_type = cell_type
         self.attention = attention
         self.attention_units = (
             units
             if attention_units is None
-            else _positive_int("attention_units", attention_units)
+            else positive_int("attention_units", attention_units)
         )
         self.attention_penalty = float(attention_penalty)
         self.gating = bool(gating)
@@ -345,7 +251,8 @@ class ImageCaptioner(keras.Model):
         self.encoder.trainable = self.encoder_trainable
         self.feature_dim = self.encoder.output_shape[-1]
         self.num_locations = self.encoder.output_shape[1]
-        self.states_per_cell = 2 if cell_type == "lstm" else 1
+        cell = cell_class(units, name=f"decoder_{cell_type}_cell")
+        self.states_per_cell = states_per_cell(cell)
         self.initial_state_layer = keras.layers.Dense(
             self.states_per_cell * units, activation="tanh", name="initial_state"
         )
@@ -357,8 +264,7 @@ class ImageCaptioner(keras.Model):
             embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
             name="embedding",
         )
-        cell_class = {"gru": rnnkit_layers.GRUCell, "lstm": rnnkit_layers.LSTMCell}
-        self.cell = cell_class[cell_type](units, name=f"decoder_{cell_type}_cell")
+        self.cell = cell
         if attention == "bahdanau":
             self.attention_layer = rnnkit_layers.BahdanauAttention(
                 self.attention_units, name="attention"

@@ -20,19 +20,13 @@ whole split, generation one token at a time).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import keras
 from keras import ops
 
-from rnnkit import layers as rnnkit_layers
-
-CELL_TYPES = ("lstm", "gru", "simple_rnn")
-_LAYERS = {
-    "lstm": rnnkit_layers.LSTM,
-    "gru": rnnkit_layers.GRU,
-    "simple_rnn": rnnkit_layers.SimpleRNN,
-}
+from rnnkit.models._recurrent import recurrent_layer_class
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -42,7 +36,8 @@ class LanguageModel(keras.Model):
     Args:
         tokens: the vocabulary, index order (saved with the model, so that a reloaded
             model can encode prompts and decode samples).
-        cell_type: "lstm", "gru" or "simple_rnn". Default: "lstm".
+        cell_type: the name of a registered recurrent layer ("lstm", "gru",
+            "simple_rnn", ...; `rnnkit.layers.get_recurrent`). Default: "lstm".
         embedding_dim: size of the token embeddings. Default: 128.
         units: recurrent units per layer. Default: 256.
         num_layers: stacked recurrent layers. Default: 2.
@@ -94,11 +89,7 @@ class LanguageModel(keras.Model):
         tokens = [str(token) for token in tokens]
         if not tokens:
             raise ValueError("Argument `tokens` must be a non-empty list of tokens.")
-        if cell_type not in CELL_TYPES:
-            raise ValueError(
-                f"Argument `cell_type` must be one of {CELL_TYPES}, "
-                f"received cell_type={cell_type!r}."
-            )
+        layer_class = recurrent_layer_class(cell_type)
         for name, value in (
             ("embedding_dim", embedding_dim),
             ("units", units),
@@ -141,7 +132,7 @@ class LanguageModel(keras.Model):
             name="embedding",
         )
         self.recurrent_layers = [
-            _LAYERS[cell_type](
+            layer_class(
                 units,
                 return_sequences=True,
                 stateful=stateful,
@@ -180,7 +171,8 @@ class LanguageModel(keras.Model):
             return {}
         names = ("kernel_initializer", "recurrent_initializer", "bias_initializer")
         options = {name: self._initializer(None) for name in names}
-        if self.cell_type == "lstm":
+        layer_class = recurrent_layer_class(self.cell_type)
+        if "unit_forget_bias" in inspect.signature(layer_class).parameters:
             options["unit_forget_bias"] = False  # the forget bias is uniform too
         return options
 

@@ -25,58 +25,11 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from rnnkit.data.text import HTML_TAG_PATTERN
-from rnnkit.layers import GRU, LSTM, SimpleRNN
+from rnnkit.models._recurrent import recurrent_layer_class
+from rnnkit.models.text_standardizer import TextStandardizer
 
-RECURRENT_LAYERS = {"lstm": LSTM, "gru": GRU, "simple_rnn": SimpleRNN}
-CELL_TYPES = tuple(RECURRENT_LAYERS)
 POOLING = ("last", "mean", "max", "mean_max")
 KEEP = ("first", "last")
-
-# Punctuation is replaced by a space (apostrophes are dropped: "don't" -> "dont").
-_APOSTROPHES = r"['\x{2019}]"
-_PUNCTUATION = r"[!\"#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~\x{2013}\x{2014}\x{201C}\x{201D}]"
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
-class TextStandardizer:
-    """The `standardize` callable of the classifier's `TextVectorization`.
-
-    Replaces HTML tags (`<br />`) and punctuation with spaces, drops apostrophes and,
-    with `lowercase=True`, lower-cases Unicode text. It works on string tensors with
-    `tf.strings` ops (rnnkit depends on TensorFlow for its text pipeline on every
-    backend), and is registered so that a saved model reloads in safe mode.
-
-    Args:
-        lowercase: lower-case the text before building or looking up tokens.
-            Defaults to `True`.
-
-    Example:
-    >>> TextStandardizer()(tf.constant(["Great film!<br />Loved it."])).numpy()
-    array([b'great film  loved it '], dtype=object)
-    """
-
-    def __init__(self, lowercase: bool = True):
-        if not isinstance(lowercase, bool):
-            raise ValueError(
-                "Argument `lowercase` must be a bool, received "
-                f"lowercase={lowercase!r}."
-            )
-        self.lowercase = lowercase
-
-    def __call__(self, texts):
-        texts = tf.strings.regex_replace(texts, HTML_TAG_PATTERN, " ")
-        if self.lowercase:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        texts = tf.strings.regex_replace(texts, _APOSTROPHES, "")
-        return tf.strings.regex_replace(texts, _PUNCTUATION, " ")
-
-    def get_config(self) -> dict:
-        return {"lowercase": self.lowercase}
-
-    @classmethod
-    def from_config(cls, config: dict) -> TextStandardizer:
-        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -287,7 +240,8 @@ def build_sequence_classifier(
         sequence_length: the most tokens of a text the recurrent layers read.
         keep: which tokens of a longer text are kept: `"first"` or `"last"`.
         embedding_dim: size of the learned word vectors.
-        cell_type: `"lstm"`, `"gru"` or `"simple_rnn"` (rnnkit layers).
+        cell_type: the name of a registered recurrent layer (`"lstm"`, `"gru"`,
+            `"simple_rnn"`, ...; `rnnkit.layers.get_recurrent`).
         units: units per recurrent layer (per direction).
         num_layers: stacked recurrent layers.
         bidirectional: wrap each recurrent layer in `keras.layers.Bidirectional`.
@@ -305,7 +259,7 @@ def build_sequence_classifier(
         A model that maps a batch of strings (batch,) to probabilities: (batch, 1)
         for two classes, (batch, len(class_names)) otherwise.
     """
-    _check_choice("cell_type", cell_type, CELL_TYPES)
+    recurrent_class = recurrent_layer_class(cell_type)
     _check_choice("pooling", pooling, POOLING)
     for name, value in (
         ("embedding_dim", embedding_dim),
@@ -317,7 +271,6 @@ def build_sequence_classifier(
                 f"Argument `{name}` must be a positive integer, received "
                 f"{name}={value!r}."
             )
-    recurrent_class = RECURRENT_LAYERS[cell_type]
     texts = keras.Input(shape=(), dtype="string", name="text")
     token_ids = vectorizer(texts)  # (batch, time)
     token_ids = TruncateSequence(sequence_length, keep=keep, name="truncate")(token_ids)

@@ -12,10 +12,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from rnnkit.layers import GRU, LSTM
-
-RECURRENT_LAYERS = {"lstm": LSTM, "gru": GRU}
-CELL_TYPES = tuple(RECURRENT_LAYERS)
+from rnnkit.models._recurrent import recurrent_layer_class
 
 
 def build_sequence_regressor(
@@ -35,7 +32,8 @@ def build_sequence_regressor(
             per-feature mean and variance are kept (the Normalization layer), so pass
             the training split alone, never validation or test data.
         outputs: numbers predicted per example (e.g. the forecast horizon).
-        cell_type: "lstm" or "gru" (rnnkit layers). Defaults to "lstm".
+        cell_type: the name of a registered recurrent layer (`"lstm"`, `"gru"`,
+            `"simple_rnn"`, ...; `rnnkit.layers.get_recurrent`). Defaults to "lstm".
         units: units of every recurrent layer. Defaults to 32.
         num_layers: stacked recurrent layers. Defaults to 1.
         dropout: dropout rate before the output layer. Defaults to 0.
@@ -49,11 +47,7 @@ def build_sequence_regressor(
     >>> model.output_shape
     (None, 5)
     """
-    if cell_type not in RECURRENT_LAYERS:
-        raise ValueError(
-            f"Argument `cell_type` must be one of {CELL_TYPES}, "
-            f"received cell_type={cell_type!r}."
-        )
+    recurrent = recurrent_layer_class(cell_type)
     if training_inputs.ndim != 3 or len(training_inputs) == 0:
         raise ValueError(
             "Argument `training_inputs` must be a non-empty (examples, window, "
@@ -82,7 +76,6 @@ def build_sequence_regressor(
         (window, num_features), name="window"
     )  # (batch, window, features)
     hidden = normalizer(inputs)
-    recurrent = RECURRENT_LAYERS[cell_type]
     for index in range(num_layers):
         last = index == num_layers - 1
         # (batch, window, units) for inner layers, (batch, units) for the last one

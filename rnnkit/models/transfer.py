@@ -15,7 +15,9 @@
   initialisation).
 
 Shapes are checked first: the same `embedding_dim`, cell type and `units`; a mismatch
-is a `ValueError` that names both values.
+is a `ValueError` that names both values. `recorded_setting(config_file, "data.level")`
+reads what a language-model run recorded in its `config.toml` without that recipe's
+config class, so that a recipe that pre-trains from it imports no other recipe.
 
 Fine-tuning the result as ULMFiT does: `layer_groups(classifier)` lists the layers from
 the output down (the output layer, each recurrent layer from the top, the word vectors);
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -65,7 +68,7 @@ def initialize_from_language_model(
     """
     import tensorflow as tf
 
-    from rnnkit.models.sequence_classifier import TextStandardizer
+    from rnnkit.models.text_standardizer import TextStandardizer
 
     embedding = classifier.get_layer("embedding")
     vectorizer = classifier.get_layer("vectorizer")
@@ -109,6 +112,36 @@ def initialize_from_language_model(
         layer.set_weights(language_model.recurrent_layers[index].get_weights())
         copied += 1
     return TransferReport(int(filled.sum()), len(vocabulary), copied)
+
+
+def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> Any:
+    """The value of the dotted `key` (e.g. `"data.level"`) in a run's `config.toml`,
+    or `default` when the file records none.
+
+    The file is read as plain TOML, without the config class of the recipe that wrote
+    it; an unreadable or invalid file is a `ConfigError`.
+    """
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    from rnnkit.errors import ConfigError
+
+    path = Path(config_file)
+    try:
+        table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read config file {path}: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    for part in key.split("."):
+        if not isinstance(table, dict) or part not in table:
+            return default
+        table = table[part]
+    return table
 
 
 def _recurrent_layers(classifier: keras.Model) -> list[Any]:

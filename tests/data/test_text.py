@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import sys
 import types
 
 import numpy as np
 import pytest
 
-from rnnkit.data import text
+from rnnkit.data import text, text_files
 from rnnkit.errors import DataError
 from tests.sentiment_support import imdb_sample, write_aclimdb_folder, write_imdb_csv
 
@@ -17,57 +16,6 @@ from tests.sentiment_support import imdb_sample, write_aclimdb_folder, write_imd
 def test_clean_text_removes_html_remnants():
     raw = "Great film.<br /><br />Loved it &amp; the <i>score</i>!\n  Ten/10"
     assert text.clean_text(raw) == "Great film. Loved it & the score ! Ten/10"
-
-
-def test_read_gzipped_csv_with_configurable_columns(tmp_path):
-    path = write_imdb_csv(tmp_path / "reviews.csv.gz", "train", 5)
-    texts, labels = text.read_table(path, text_column="text", label_column="rating")
-    sample = imdb_sample("train", 5)
-    assert texts == sample["text"].tolist()
-    assert labels == sample["rating"].astype(str).tolist()
-
-
-def test_read_tsv_keeps_quote_characters(tmp_path):
-    # GLUE's SST-2 has unbalanced quotes; a TSV is read without quote handling.
-    path = tmp_path / "sst.tsv.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        handle.write('sentence\tlabel\n" a gripping , funny film\t1\nnot "good\t0\n')
-    texts, labels = text.read_table(path, text_column="sentence")
-    assert texts == ['" a gripping , funny film', 'not "good']
-    assert labels == ["1", "0"]
-
-
-def test_missing_column_names_the_columns_and_the_nearest(tmp_path):
-    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 2)
-    with pytest.raises(DataError, match=r"no text column 'txt' \(did you mean 'text'"):
-        text.read_table(path, text_column="txt")
-
-
-@pytest.mark.parametrize(
-    ("name", "content", "message"),
-    [
-        (
-            "latin1.csv",
-            "text,label\ncaf\xe9 ok,1\n".encode("latin-1"),
-            "not valid utf-8",
-        ),
-        ("empty.csv", b"", "the file is empty"),
-        ("broken.csv.gz", b"not gzip at all", "cannot read the file"),
-        ("reviews.json", b"{}", "cannot tell the table format"),
-    ],
-)
-def test_bad_files_raise_one_line_data_errors(tmp_path, name, content, message):
-    path = tmp_path / name
-    path.write_bytes(content)
-    with pytest.raises(DataError, match=message) as caught:
-        text.read_table(path)
-    assert "\n" not in str(caught.value)
-
-
-def test_other_encodings_are_read_when_declared(tmp_path):
-    path = tmp_path / "latin1.csv"
-    path.write_bytes("text,label\ncaf\xe9 ok,1\n".encode("latin-1"))
-    assert text.read_table(path, encoding="latin-1") == (["caf\xe9 ok"], ["1"])
 
 
 @pytest.mark.parametrize(
@@ -242,7 +190,7 @@ def test_tfds_offline_fails_fast_before_downloading(monkeypatch):
     def no_network(host, port, *args, **kwargs):
         raise OSError(f"[Errno -2] Name or service not known: {host}")
 
-    monkeypatch.setattr(text.socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(text_files.socket, "getaddrinfo", no_network)
     with pytest.raises(DataError) as caught:
         text.load_text_classification()
     assert not calls

@@ -9,6 +9,7 @@ from tests.docstring_examples import run_examples
 MODULES = [
     "rnnkit.models.encoder_decoder",
     "rnnkit.models.sequence_classifier",
+    "rnnkit.models.text_standardizer",
     "rnnkit.models.sequence_regressor",
     "rnnkit.models.language_model",
     "rnnkit.models.image_captioner",

@@ -17,6 +17,7 @@ from rnnkit.models.transfer import (
     GradualUnfreezing,
     discriminative_factors,
     layer_groups,
+    recorded_setting,
 )
 from rnnkit.optimizers import LayerwiseAdam
 from tests.sentiment_support import imdb_sample
@@ -143,3 +144,13 @@ def test_gradual_unfreezing_adds_one_group_per_epoch(reviews):
 def test_gradual_unfreezing_needs_groups():
     with pytest.raises(ValueError, match="at least one layer group"):
         GradualUnfreezing([])
+
+
+def test_recorded_setting_reads_a_run_config_without_its_recipe(tmp_path):
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('# rnnkit recipe: language_model\n[data]\nlevel = "word"\n')
+    assert recorded_setting(config_file, "data.level", "char") == "word"
+    assert recorded_setting(config_file, "model.units", 7) == 7
+    config_file.write_text("[data\n")
+    with pytest.raises(Exception, match="not valid TOML"):
+        recorded_setting(config_file, "data.level")

@@ -19,8 +19,9 @@ import pytest
 import sacrebleu
 from rnnkit_recipes.captioning import data as caption_data
 from rnnkit_recipes.captioning import features as caption_features
+from rnnkit_recipes.captioning import images as caption_images
+from rnnkit_recipes.captioning.baselines import consensus_index
 from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
-from rnnkit_recipes.captioning.scores import consensus_index
 
 from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, DataError
@@ -195,7 +196,7 @@ def test_imagenet_weights_offline_name_the_way_out(tmp_path, monkeypatch):
 
 
 def test_encoder_weights_come_from_a_local_file(tmp_path):
-    from rnnkit.models.image_captioner import image_encoder
+    from rnnkit.models.image_encoder import image_encoder
 
     keras.utils.set_random_seed(11)
     trained = image_encoder("small_cnn", 32, 2)
@@ -245,8 +246,8 @@ def test_frozen_encoder_features_are_cached_per_image(tmp_path):
     # The cached vectors are the encoder's own output (stored as float16).
     encoder = caption_features.build_encoder(config)
     encoder.set_weights(first.encoder_weights)
-    pixels = caption_data.decode_images(
-        caption_data.ImageSource(folder / "Images").read,
+    pixels = caption_images.decode_images(
+        caption_images.ImageSource(folder / "Images").read,
         first.splits["train"].names,
         64,
     )[1]

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from rnnkit_recipes.stock.baselines import moving_average
 from rnnkit_recipes.stock.data import FEATURES
-from rnnkit_recipes.stock.recipe import StockRecipe, forecast_table, moving_average
+from rnnkit_recipes.stock.recipe import StockRecipe, forecast_table
 
 from rnnkit.cli import main
 from rnnkit.training import runner

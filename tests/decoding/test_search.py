@@ -176,7 +176,7 @@ def test_search_is_one_compiled_loop_traced_once():
     model = tiny_model()
     for batch in (SOURCE, SOURCE[:2, :3], np.pad(SOURCE, ((0, 0), (0, 4)))):
         decoding.beam_search(model, batch, beam_width=3, **search_kwargs())
-    (search,) = decoding._compiled_searches[model].values()
+    (search,) = decoding.search._compiled_searches[model].values()
     assert search.experimental_get_tracing_count() == 1
 
 

@@ -1,5 +1,7 @@
-"""Scores and baselines of the captioning recipe: sacreBLEU BLEU-1..4 against several
-references, the consensus caption, and nearest neighbours by pooled encoder features."""
+"""The baselines of the captioning recipe and the score they share with the model:
+sacreBLEU BLEU-1..4 against several references, the consensus caption (the training
+caption closest to all others), and the nearest training image by pooled encoder
+features."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import keras
     import numpy as np
-    from rnnkit_recipes.captioning.recipe import CaptioningConfig
+    from rnnkit_recipes.captioning.config import CaptioningConfig
 
 
 def bleu_scores(
