@@ -14,7 +14,7 @@ Reference: Show, Attend and Tell (Xu et al. 2015) report BLEU-4 19.5 on Flickr8k
 soft attention, an ImageNet-trained VGG encoder and all 6,000 training images; this
 configuration trains its CNN from scratch on 3,552 images, so expect far less.
 
-    flock /work/cpu.lock python benchmarks/captioning_flickr8k.py --ablation
+    python benchmarks/captioning_flickr8k.py --ablation
     python benchmarks/captioning_flickr8k.py --limit 200 --epochs 1   # reduced check
 """
 

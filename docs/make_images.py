@@ -1,7 +1,7 @@
 """Draws the pictures of the docs and the README from small real runs.
 
     python docs/make_images.py             # docs/images/*.png, about 10 CPU-minutes
-    python docs/make_images.py --small --output /tmp/images   # seconds (the test)
+    python docs/make_images.py --small --output images-check   # seconds (the test)
 
 Nothing here is drawn by hand: each picture comes from rnnkit's own runs and plotting
 functions on real data.
