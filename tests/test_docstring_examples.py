@@ -8,7 +8,8 @@ from tests.docstring_examples import run_examples
 
 MODULES = [
     "rnnkit.config",
-    "rnnkit.decoding",
+    "rnnkit.decoding.sampling",
+    "rnnkit.decoding.search",
     "rnnkit.layers.calibration",
     "rnnkit.losses",
     "rnnkit.optimizers",
