@@ -228,6 +228,7 @@ def run(
         callbacks: extra Keras callbacks for the main fit.
     """
     started = time.time()
+    recipe.check_config(config)
     single = recipe.single_device(config)
     if single is not None and config.train.strategy in ("mirrored", "multiworker"):
         raise ConfigError(
