@@ -162,6 +162,12 @@ def open_run_dir(
     else:
         run_dir = Path(run_dir)
         if resume:
+            # A killed process leaves the temporary file of a write in progress
+            # (rnnkit.files names them `.NAME.tmp-PID.SUFFIX`): never a final name,
+            # so nothing reads it; the resumed run removes it.
+            for stale in run_dir.rglob(".*.tmp-*"):
+                if stale.is_file():
+                    stale.unlink()
             if not (run_dir / BACKUP_DIR).exists():
                 log.info(
                     "no backup in %s; training starts from the first epoch", run_dir
