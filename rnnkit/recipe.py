@@ -74,6 +74,11 @@ Optional hooks (defaults do nothing or refuse):
 - `write_plots(model, data, config, plot_dir)`: extra figures for the run directory,
   written with `rnnkit.plots` (atomic PNG writes). The runner already plots the
   training curves.
+- `check_config(config)`: raise `ConfigError` (one line naming the key and the fix)
+  for a combination of values that cannot work, e.g. a vocabulary too small to hold
+  one token besides the special ones. `rnnkit run` calls it before it writes or loads
+  anything, and `--dry-run` calls it too; call `super().check_config(config)` first.
+  The base refuses `evaluation.folds > 0` for a recipe without `backtest_folds`.
 - `backtest_folds(data, config)`: the per-fold datasets of a walk-forward backtest,
   needed only if the recipe supports `evaluation.folds > 0`. The runner trains a fresh
   model on each and reports per-fold and mean figures.
@@ -97,8 +102,8 @@ Optional hooks (defaults do nothing or refuse):
 
 What the commands call
 ----------------------
-`rnnkit run` resolves the config, calls `load_data`, `build_model`, fits, then
-`evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
+`rnnkit run` resolves the config, calls `check_config`, `load_data`, `build_model`,
+fits, then `evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
 `model.keras` and `config.toml`, sets `data.path` to PATH if given, and calls
 `load_data` and `evaluate` (no training). `rnnkit predict RUN_DIR INPUT...` reloads them
 and calls `predict` without loading any data. `rnnkit tune` calls `search_space` and
@@ -215,6 +220,20 @@ class Recipe:
     ) -> list[keras.callbacks.Callback]:
         """Extra Keras callbacks for every fit of this recipe (optional hook)."""
         return []
+
+    @property
+    def backtests(self) -> bool:
+        """True when the recipe implements `backtest_folds` (`evaluation.folds > 0`)."""
+        return type(self).backtest_folds is not Recipe.backtest_folds
+
+    def check_config(self, config: RecipeConfig) -> None:
+        """Raises ConfigError for values that cannot work together (optional hook;
+        call `super().check_config(config)` first)."""
+        if config.evaluation.folds > 0 and not self.backtests:
+            raise ConfigError(
+                f"evaluation.folds={config.evaluation.folds}: recipe {self.name!r} "
+                "has no walk-forward backtest; set evaluation.folds=0"
+            )
 
     def backtest_folds(
         self, data: RecipeData, config: RecipeConfig

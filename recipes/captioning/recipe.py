@@ -54,6 +54,10 @@ class CaptioningRecipe(Recipe):
         "n-best": "evaluation.n_best",
     }
 
+    def check_config(self, config: CaptioningConfig) -> None:
+        super().check_config(config)
+        _check(config)
+
     def load_data(self, config: CaptioningConfig) -> CaptionData:
         from rnnkit_recipes.captioning import data
 

@@ -76,6 +76,10 @@ class LanguageModelRecipe(Recipe):
         "seed": "evaluation.seed",
     }
 
+    def check_config(self, config: LanguageModelConfig) -> None:
+        super().check_config(config)
+        _check(config)
+
     def load_data(self, config: LanguageModelConfig) -> LanguageModelData:
         from rnnkit_recipes.language_model import data
 
@@ -266,6 +270,11 @@ def _check(config: LanguageModelConfig) -> None:
             f"{model.units} and {model.embedding_dim}"
         )
     data = config.data
+    if data.vocabulary_size == 1:
+        raise ConfigError(
+            "data.vocabulary_size=1 keeps only <unk>, so every token is unknown; "
+            "set it to 0 (all tokens) or at least 2"
+        )
     if data.validation_fraction + data.test_fraction >= 1:
         raise ConfigError(
             "data.validation_fraction + data.test_fraction must be below 1, got "

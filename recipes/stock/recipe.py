@@ -35,6 +35,10 @@ class StockRecipe(Recipe):
     )
     Config = StockConfig
 
+    def check_config(self, config: StockConfig) -> None:
+        super().check_config(config)
+        _check(config)
+
     def load_data(self, config: StockConfig) -> StockData:
         from rnnkit_recipes.stock import data as stock_data
 

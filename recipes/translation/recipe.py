@@ -52,6 +52,10 @@ class TranslationRecipe(Recipe):
         "n-best": "evaluation.n_best",
     }
 
+    def check_config(self, config: TranslationConfig) -> None:
+        super().check_config(config)
+        _check(config)
+
     def load_data(self, config: TranslationConfig) -> TranslationData:
         from rnnkit_recipes.translation import data
 
@@ -241,6 +245,8 @@ class TranslationRecipe(Recipe):
 
 
 def _check(config: TranslationConfig) -> None:
+    from rnnkit.data.parallel_text import SPECIAL_TOKENS
+
     model, evaluation = config.model, config.evaluation
     positive = {
         "model.units": model.units,
@@ -265,6 +271,13 @@ def _check(config: TranslationConfig) -> None:
     if evaluation.length_penalty < 0 or evaluation.max_length_ratio < 0:
         raise ConfigError(
             "evaluation.length_penalty and evaluation.max_length_ratio must be >= 0"
+        )
+    smallest = len(SPECIAL_TOKENS) + 1
+    if config.data.tokenizer == "word" and 0 < config.data.vocabulary_size < smallest:
+        raise ConfigError(
+            f"data.vocabulary_size={config.data.vocabulary_size} holds no word besides "
+            f"the {len(SPECIAL_TOKENS)} special tokens, so every word is [UNK]; set "
+            f"it to 0 (all words) or at least {smallest}"
         )
     for key in (
         "data.vocabulary_size",

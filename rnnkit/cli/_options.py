@@ -128,8 +128,9 @@ def given_config_params(params: dict[str, Any]) -> list[str]:
 DRY_RUN_OPTION = click.Option(
     ["--dry-run"],
     is_flag=True,
-    help="Check the command and its config (values, ranges, config file), print the "
-    "resolved config and exit, without loading data, training or writing anything.",
+    help="Check the command and its config (values, ranges, combinations that cannot "
+    "work, config file), print the resolved config and exit, without loading data, "
+    "training or writing anything.",
 )
 
 
@@ -142,6 +143,7 @@ def dry_run(recipe: Recipe, params: dict[str, Any], what: str) -> None:
             )
         else:
             config = resolve_config(recipe, params)
+        recipe.check_config(config)
     click.echo(config_lib.to_toml(config, f"rnnkit {recipe.name}: resolved config"))
     click.echo(f"Dry run: the config is valid; {what}")
 

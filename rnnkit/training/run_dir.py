@@ -13,7 +13,8 @@
 Every file is written under a temporary name in the same folder and renamed into place
 (rnnkit.files), so an interrupted run never leaves a half-written file under a final
 name. A directory with `config.toml` and no `run.json` is an interrupted run, which
-`--resume` continues.
+`--resume` continues. New directories are claimed with one `mkdir` that fails when
+the name is taken, so runs started together never share one.
 """
 
 from __future__ import annotations
@@ -86,15 +87,26 @@ def read_history(path: Path) -> list[dict[str, float]]:
 # -- Claiming, resuming and reading a run directory ----------------------------------
 
 
-def new_run_dir(root: Path, recipe_name: str) -> Path:
-    """A new `root/<recipe>/<timestamp>` path (with a suffix when it is taken)."""
+def claim_new_run_dir(root: Path, recipe_name: str) -> Path:
+    """Creates and returns a new `root/<recipe>/<timestamp>` directory.
+
+    The name is claimed by the `mkdir` itself, which fails when the directory
+    exists, so two runs started in the same second (parallel tuning workers, a shell
+    loop of `rnnkit run ... &`) never share one: the loser takes the next suffix
+    (`<timestamp>-2`, `-3`, ...).
+    """
+    parent = root / recipe_name
+    parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    candidate = root / recipe_name / stamp
-    suffix = 1
-    while candidate.exists():
-        suffix += 1
-        candidate = root / recipe_name / f"{stamp}-{suffix}"
-    return candidate
+    candidate, suffix = parent / stamp, 1
+    while True:
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            suffix += 1
+            candidate = parent / f"{stamp}-{suffix}"
+        else:
+            return candidate
 
 
 def config_header(recipe_name: str) -> str:
@@ -145,16 +157,27 @@ def open_run_dir(
     `run_dir`, or a new one under `runs_root`; it must be empty unless `resume`
     continues the interrupted run in it.
     """
-    run_dir = Path(run_dir) if run_dir else new_run_dir(Path(runs_root), recipe_name)
-    if resume:
-        if not (run_dir / BACKUP_DIR).exists():
-            log.info("no backup in %s; training starts from the first epoch", run_dir)
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        raise RnnkitError(
-            f"run directory {run_dir} is not empty; choose another --run-dir, "
-            f"or continue it with --resume {run_dir}"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not run_dir:
+        run_dir = claim_new_run_dir(Path(runs_root), recipe_name)
+    else:
+        run_dir = Path(run_dir)
+        if resume:
+            # A killed process leaves the temporary file of a write in progress
+            # (rnnkit.files names them `.NAME.tmp-PID.SUFFIX`): never a final name,
+            # so nothing reads it; the resumed run removes it.
+            for stale in run_dir.rglob(".*.tmp-*"):
+                if stale.is_file():
+                    stale.unlink()
+            if not (run_dir / BACKUP_DIR).exists():
+                log.info(
+                    "no backup in %s; training starts from the first epoch", run_dir
+                )
+        elif run_dir.exists() and any(run_dir.iterdir()):
+            raise RnnkitError(
+                f"run directory {run_dir} is not empty; choose another --run-dir, "
+                f"or continue it with --resume {run_dir}"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
     write_text(
         run_dir / CONFIG_FILE, config_lib.to_toml(config, config_header(recipe_name))
     )

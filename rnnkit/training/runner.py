@@ -53,6 +53,7 @@ from rnnkit.training.runtime import (
     calibrated,
     configure_runtime,
     device_summary,
+    stop_on_sigterm,
     versions,
 )
 from rnnkit.training.strategies import describe_batch, is_multiworker
@@ -228,6 +229,7 @@ def run(
         callbacks: extra Keras callbacks for the main fit.
     """
     started = time.time()
+    recipe.check_config(config)
     single = recipe.single_device(config)
     if single is not None and config.train.strategy in ("mirrored", "multiworker"):
         raise ConfigError(
@@ -235,16 +237,53 @@ def run(
             "(or auto)"
         )
     chief = config.train.strategy != "multiworker" or cluster_from_environment()[1] == 0
-    if chief:
-        run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume)
-    else:
-        run_dir = None
-        log.info(
-            "not the chief: this worker writes nothing (the chief, worker 0, "
-            "writes the run directory)"
-        )
+    with stop_on_sigterm():
+        if chief:
+            run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume)
+        else:
+            run_dir = None
+            log.info(
+                "not the chief: this worker writes nothing (the chief, worker 0, "
+                "writes the run directory)"
+            )
+        try:
+            return _train_and_write(
+                recipe,
+                config,
+                run_dir,
+                started=started,
+                resume=resume,
+                verbose=verbose,
+                strategy=strategy,
+                callbacks=callbacks,
+                one_device=single is not None,
+            )
+        except KeyboardInterrupt:
+            if run_dir is not None:
+                log.info(
+                    "interrupted; continue with: rnnkit run %s --resume %s",
+                    recipe.name,
+                    run_dir,
+                )
+            raise
 
-    automatic_strategy = configure_runtime(config.train, one_device=single is not None)
+
+def _train_and_write(
+    recipe: Recipe,
+    config: RecipeConfig,
+    run_dir: Path | None,
+    *,
+    started: float,
+    resume: bool,
+    verbose: int | str,
+    strategy: Any,
+    callbacks: Sequence[keras.callbacks.Callback],
+    one_device: bool,
+) -> RunResult:
+    """Everything `run` does once the run directory is claimed (None: not the chief,
+    which writes nothing)."""
+    chief = run_dir is not None
+    automatic_strategy = configure_runtime(config.train, one_device=one_device)
     strategy = strategy or automatic_strategy
     device = device_summary(strategy)
     multiworker = is_multiworker(strategy)
@@ -266,22 +305,11 @@ def run(
 
     data = recipe.load_data(config)
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
-    try:
-        model = _build(recipe, config, data, strategy)
-        callback_list = _callbacks(
-            config,
-            run_dir,
-            history_rows,
-            [*recipe.callbacks(config, data), *callbacks],
-        )
-        history = _train(model, data, config, strategy, callback_list, verbose)
-    except KeyboardInterrupt:
-        log.info(
-            "interrupted; continue with: rnnkit run %s --resume %s",
-            recipe.name,
-            run_dir,
-        )
-        raise
+    model = _build(recipe, config, data, strategy)
+    callback_list = _callbacks(
+        config, run_dir, history_rows, [*recipe.callbacks(config, data), *callbacks]
+    )
+    history = _train(model, data, config, strategy, callback_list, verbose)
     _check_finite(history, config)
     fingerprint = None
     if multiworker:

@@ -5,6 +5,7 @@ with `train.seed`, applies `train.device` and `train.mixed_precision`, and retur
 `tf.distribute` strategy that `train.strategy` asks for (rnnkit.training.strategies).
 `device_summary` and `versions` describe the result for the log and `run.json`.
 `calibrated` makes a run follow this machine's `rnnkit calibrate` measurements.
+`stop_on_sigterm` makes SIGTERM stop a run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import contextlib
 import functools
 import logging
 import platform
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rnnkit.errors import ConfigError
@@ -43,6 +46,33 @@ def calibrated(function: Function) -> Function:
 
     with_calibration.loads_calibration = True
     return with_calibration  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt, as Ctrl-C (SIGINT) does.
+
+    A job scheduler or `kill` then stops a run cleanly: the temporary files of a write
+    in progress are removed and the run directory stays resumable with `--resume`,
+    where SIGTERM's default action would end the process on the spot. A handler that
+    someone else installed is left alone, and so is a thread other than the main
+    one (only it may install handlers).
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:

@@ -108,3 +108,61 @@ def test_shipped_configs_are_in_range(name):
     assert files, f"{name} ships no configs in {folder}"
     for path in files:
         config_lib.load_toml(recipe.Config, path)
+
+
+# Values each in range that cannot work together (or with the recipe): refused before
+# anything is loaded or written, by the run and by its --dry-run alike.
+UNWORKABLE = [
+    *(
+        pytest.param(
+            name,
+            ["evaluation.folds=2"],
+            f"evaluation.folds=2: recipe {name!r} has no walk-forward backtest; "
+            "set evaluation.folds=0",
+            id=f"{name}-folds",
+        )
+        for name in RECIPES
+        if not registry.load(name).backtests
+    ),
+    pytest.param(
+        "language_model",
+        ["data.vocabulary_size=1"],
+        "data.vocabulary_size=1 keeps only <unk>, so every token is unknown; set it "
+        "to 0 (all tokens) or at least 2",
+        id="language_model-vocabulary",
+    ),
+    pytest.param(
+        "translation",
+        ["data.tokenizer=word", "data.vocabulary_size=4"],
+        "data.vocabulary_size=4 holds no word besides the 4 special tokens, so every "
+        "word is [UNK]; set it to 0 (all words) or at least 5",
+        id="translation-vocabulary",
+    ),
+]
+
+
+def _sets(assignments: list[str]) -> list[str]:
+    return [arg for assignment in assignments for arg in ("--set", assignment)]
+
+
+@pytest.mark.parametrize(("name", "assignments", "message"), UNWORKABLE)
+def test_dry_run_refuses_values_that_cannot_work(name, assignments, message):
+    result = CliRunner().invoke(main, ["run", name, *_sets(assignments), "--dry-run"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == f"Error: {message}"
+
+
+@pytest.mark.parametrize(("name", "assignments", "message"), UNWORKABLE)
+def test_runs_refuse_values_that_cannot_work_before_writing(
+    name, assignments, message, tmp_path
+):
+    result = CliRunner().invoke(
+        main, ["run", name, *_sets(assignments), "--run-dir", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == f"Error: {message}"
+    assert not (tmp_path / "r").exists(), "a refused config must not start a run"
+
+
+def test_only_a_recipe_with_backtest_folds_backtests():
+    assert {name for name in RECIPES if registry.load(name).backtests} == {"stock"}

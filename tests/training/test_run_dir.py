@@ -5,13 +5,29 @@ refusals, each before anything is trained."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from rnnkit.errors import RnnkitError
 from rnnkit.training import run_dir
+from tests.stock_support import ROOT
 from tests.training.test_runner import ToyConfig, ToyRecipe
+
+
+class _FrozenClock:
+    """Stands for the `datetime` module: every claim happens in the same second."""
+
+    class datetime:  # noqa: N801 - the name the module under test looks up
+        @staticmethod
+        def now() -> datetime.datetime:
+            return datetime.datetime(2024, 5, 17, 9, 30, 0)
 
 
 def test_a_new_run_dir_is_claimed_with_its_config_and_a_header(tmp_path):
@@ -25,6 +41,66 @@ def test_a_new_run_dir_is_claimed_with_its_config_and_a_header(tmp_path):
     # The same second again: a suffix, never the same folder.
     again = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
     assert again != claimed and again.parent == claimed.parent
+
+
+def test_claims_of_one_name_in_one_instant_get_different_directories(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(run_dir, "datetime", _FrozenClock)
+    # Each claim sees the name free, as two processes do when both look before
+    # either has created the directory: only the mkdir itself may decide.
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    first = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
+    second = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
+    assert first == tmp_path / "toy" / "20240517-093000"
+    assert second == tmp_path / "toy" / "20240517-093000-2"
+
+
+_CLAIMANT = """
+import datetime, sys, time
+from pathlib import Path
+from rnnkit.config import RecipeConfig
+from rnnkit.training import run_dir
+
+class Clock:
+    class datetime:
+        now = staticmethod(lambda: datetime.datetime(2024, 5, 17, 9, 30, 0))
+
+run_dir.datetime = Clock
+root, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+print(run_dir.open_run_dir("toy", RecipeConfig(), None, root, resume=False))
+"""
+
+
+def test_runs_started_together_claim_distinct_directories(tmp_path):
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{index}" for index in range(6)]
+    claimants = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIMANT, str(tmp_path / "runs"), str(r), str(go)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for r in ready
+    ]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # the barrier: all six claim the same name at once
+    claimed = [claimant.communicate(timeout=60)[0].strip() for claimant in claimants]
+    assert all(claimant.returncode == 0 for claimant in claimants)
+    assert len(set(claimed)) == 6, claimed
+    assert {Path(folder).name for folder in claimed} == {
+        "20240517-093000",
+        *(f"20240517-093000-{suffix}" for suffix in range(2, 7)),
+    }
+    for folder in claimed:
+        assert (Path(folder) / run_dir.CONFIG_FILE).is_file()
 
 
 def test_a_used_directory_is_refused_unless_resumed(tmp_path):

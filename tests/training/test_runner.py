@@ -302,3 +302,10 @@ def test_a_model_that_cannot_be_mirrored_refuses_several_devices_before_writing(
     assert (
         runner.configure_runtime(auto.train, one_device=True).num_replicas_in_sync == 1
     )
+
+
+def test_a_config_that_cannot_work_is_refused_before_anything_is_written(tmp_path):
+    config = ToyConfig().with_values({"evaluation.folds": 2})
+    with pytest.raises(ConfigError, match="recipe 'toy' has no walk-forward backtest"):
+        runner.run(ToyRecipe(), config, runs_root=tmp_path, verbose=0)
+    assert not any(tmp_path.iterdir())
