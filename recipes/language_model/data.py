@@ -17,7 +17,11 @@ Sources (`data.path`):
 Levels (`data.level`): "char" keeps every character (line breaks too); "word" splits
 lines on whitespace and ends every line with `<eos>` (the Penn Treebank convention of
 Mikolov et al. 2010, whose files already hold `<unk>` for rare words). The vocabulary
-comes from the training split only; `<unk>` (id 0) stands for anything else.
+comes from the training split only; `<unk>` (id 0) stands for anything else. A
+trained model is evaluated with the vocabulary saved in it
+(`LanguageModelData.with_vocabulary`), never with one learned again from today's data,
+whose ids would mean other tokens; data that the saved vocabulary does not fit (read
+at another level, casing or cleanup) is refused.
 
 `data.standardize` first cleans raw text as the sentiment classifier does
 (`rnnkit.models.TextStandardizer`: HTML tags such as `<br />` and punctuation become
@@ -32,6 +36,7 @@ import collections
 import dataclasses
 import gzip
 import zlib
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,24 +69,50 @@ class LanguageModelData(RecipeData):
     validation_ids: np.ndarray
     test_ids: np.ndarray
     source: str
+    config: LanguageModelConfig | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    def with_vocabulary(self, tokens: Sequence[str]) -> LanguageModelData:
+        """The same splits encoded with `tokens` (the vocabulary saved in a model):
+        this data when it already is, else read again (`load`), or a `DataError`
+        when the saved vocabulary does not fit the text."""
+        tokens = list(tokens)
+        if tokens == self.tokens:
+            return self
+        if self.config is None:
+            raise DataError(
+                f"{self.source}: encoded with another vocabulary than the model's"
+            )
+        return load(self.config, vocabulary=tokens)
 
 
-def load(config: LanguageModelConfig) -> LanguageModelData:
-    """Reads, tokenizes, encodes and windows the splits that `config` names."""
+# A saved vocabulary fits a text when it leaves at most this share more of the text's
+# tokens unknown than a vocabulary learned from the text itself would: a few rare
+# tokens, not a text read at another level, casing or cleanup.
+MAX_EXTRA_UNKNOWN = 0.01
+
+
+def load(
+    config: LanguageModelConfig, vocabulary: Sequence[str] | None = None
+) -> LanguageModelData:
+    """Reads, tokenizes, encodes and windows the splits that `config` names.
+
+    The vocabulary is learned from the training split, or is `vocabulary` (a trained
+    model's) when given: then a text it does not fit raises `DataError`.
+    """
     data = config.data
     texts, source = read_splits(config)
-    train_tokens = tokenize(texts[0], data.level, data.lowercase, data.standardize)
-    if data.limit:
-        train_tokens = train_tokens[: data.limit]
-    tokens = build_vocabulary(train_tokens, data.vocabulary_size, data.min_frequency)
-    index = {token: i for i, token in enumerate(tokens)}
-    ids = [encode(train_tokens, index)]
-    for text in texts[1:]:
+    splits = []
+    for text in texts:
         split_tokens = tokenize(text, data.level, data.lowercase, data.standardize)
-        if data.limit:
-            split_tokens = split_tokens[: data.limit]
-        ids.append(encode(split_tokens, index))
-    train_ids, validation_ids, test_ids = ids
+        splits.append(split_tokens[: data.limit] if data.limit else split_tokens)
+    tokens = build_vocabulary(splits[0], data.vocabulary_size, data.min_frequency)
+    if vocabulary is not None:
+        check_vocabulary_fits(list(vocabulary), tokens, splits, source, data.level)
+        tokens = list(vocabulary)
+    index = {token: i for i, token in enumerate(tokens)}
+    train_ids, validation_ids, test_ids = (encode(split, index) for split in splits)
     batch_size, bptt = config.train.batch_size, config.train.bptt
     for name, split in (("training", train_ids), ("validation", validation_ids)):
         if len(split) <= batch_size * bptt:
@@ -101,7 +132,35 @@ def load(config: LanguageModelConfig) -> LanguageModelData:
         validation_ids=validation_ids,
         test_ids=test_ids,
         source=source,
+        config=config,
     )
+
+
+def check_vocabulary_fits(
+    saved: list[str],
+    learned: list[str],
+    splits: Sequence[list[str]],
+    source: str,
+    level: str,
+) -> None:
+    """Raises `DataError` when the `saved` vocabulary leaves more than
+    `MAX_EXTRA_UNKNOWN` more of the tokens of `splits` unknown than the vocabulary
+    `learned` from this data does."""
+
+    def unknown_share(vocabulary: list[str]) -> float:
+        known = set(vocabulary[1:])  # all but <unk>
+        total = sum(len(split) for split in splits)
+        missing = sum(token not in known for split in splits for token in split)
+        return missing / max(total, 1)
+
+    with_saved, with_learned = unknown_share(saved), unknown_share(learned)
+    if with_saved > with_learned + MAX_EXTRA_UNKNOWN:
+        raise DataError(
+            f"{source}: {with_saved:.1%} of its {level} tokens are unknown to the "
+            f"run's vocabulary of {len(saved)} tokens ({with_learned:.1%} to one "
+            "learned from this data), so this data needs another vocabulary; read it "
+            "as the run did (its data.level, data.lowercase and data.standardize)"
+        )
 
 
 def windows(ids: np.ndarray, config: LanguageModelConfig, training: bool):

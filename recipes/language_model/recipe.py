@@ -19,9 +19,10 @@ Optimisers: SGD with the schedule of Zaremba et al. (2014) (constant rate for
 `train.decay_after` epochs, then multiplied by `train.lr_decay` every epoch) or Adam;
 gradients clipped by their global norm (`train.clipnorm`).
 
-Evaluation: perplexity, exp of the mean per-token cross-entropy over the whole test
-(and validation) split, read by `evaluation.batch_size` streams with the state carried
-through the split; the same model with its state reset at every window of
+Evaluation (with the vocabulary saved in the model, `rnnkit evaluate` too): perplexity,
+exp of the mean per-token cross-entropy over the whole test (and validation) split,
+read by `evaluation.batch_size` streams with the state carried through the split; the
+same model with its state reset at every window of
 `train.bptt` tokens (what state carrying gains); bits per character at character
 level. Baselines on the same tokens: a unigram model and an add-k bigram model (k
 chosen on the validation split), both counted on the training split.
@@ -187,6 +188,9 @@ class LanguageModelRecipe(Recipe):
     ) -> Metrics:
         from rnnkit_recipes.language_model import baselines
 
+        # Ids mean the tokens of the vocabulary saved in the model, whatever
+        # vocabulary today's data settings would learn.
+        data = data.with_vocabulary(model.tokens)
         streams, bptt = config.evaluation.batch_size, config.train.bptt
         # The tokens the model scores (see mean_cross_entropy), for the baselines.
         test_streams = _stream_count(data.test_ids, streams)

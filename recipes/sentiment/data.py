@@ -11,6 +11,7 @@ epoch roughly in half on IMDB compared with padding everything to
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -70,6 +71,48 @@ def load(config: SentimentConfig) -> SentimentData:
         validation=text_dataset(text.validation, text.num_classes, **batching),
         test=text_dataset(text.test, text.num_classes, **batching),
         text=text,
+    )
+
+
+def in_class_order(data: SentimentData, class_names: Sequence[str]) -> SentimentData:
+    """`data` with its labels numbered as `class_names` (a trained model's) number them.
+
+    The classes a run was trained with, in their order, come from the model: today's
+    data settings may name or order them otherwise (`data.class_names`, a class that
+    is missing). Labels are matched by name, ignoring case; a class the model does not
+    know raises `DataError`. Returns `data` itself when the order already agrees.
+    """
+    from rnnkit.errors import DataError
+
+    names = tuple(str(name) for name in class_names)
+    text = data.text
+    if text.class_names == names:
+        return data
+    position = {name.lower(): index for index, name in enumerate(names)}
+    unknown = [name for name in text.class_names if name.lower() not in position]
+    if unknown:
+        raise DataError(
+            f"{text.source}: class(es) {unknown} are not among the run's classes "
+            f"{list(names)}; name this data's labels as the run did (data.class_names)"
+        )
+    renumber = np.array([position[name.lower()] for name in text.class_names])
+
+    def renumbered(split: TextSplit) -> TextSplit:
+        return TextSplit(split.texts, renumber[split.labels])
+
+    return dataclasses.replace(
+        data,
+        text=dataclasses.replace(
+            text,
+            train=renumbered(text.train),
+            validation=renumbered(text.validation),
+            test=renumbered(text.test),
+            class_names=names,
+        ),
+        # The batched splits keep today's numbering: evaluation reads `text`.
+        train=None,
+        validation=None,
+        test=None,
     )
 
 

@@ -5,7 +5,8 @@
 precision, recall, F1 and ROC AUC on the test split next to three baselines trained on
 the same training texts: the majority class, a unigram bag-of-words logistic
 regression, and word uni+bigram tf-idf logistic regression (the linear baseline of IMDB
-papers).
+papers). The class names and their order are the run's, saved in the model: data
+whose labels are named or ordered otherwise is renumbered to match, or refused.
 
 The module stays light: TensorFlow, Keras and scikit-learn are imported inside the
 methods, because `rnnkit list` imports every recipe module to read its summary.
@@ -131,6 +132,7 @@ class SentimentRecipe(Recipe):
     ) -> Metrics:
         from rnnkit.metrics import classification_metrics
 
+        data = _in_model_order(model, data)
         model_row = classification_metrics(
             data.text.test.labels, self._test_probabilities(model, data, config)
         )
@@ -173,6 +175,7 @@ class SentimentRecipe(Recipe):
     ) -> None:
         from rnnkit import metrics, plots
 
+        data = _in_model_order(model, data)
         test = data.text.test
         predicted = self._test_probabilities(model, data, config).argmax(axis=1)
         matrix = metrics.confusion_matrix(test.labels, predicted, data.text.num_classes)
@@ -202,6 +205,15 @@ class SentimentRecipe(Recipe):
             probabilities[order] = probabilities.copy()
             self._predictions = (model, data, probabilities)
         return self._predictions[2]
+
+
+def _in_model_order(model: keras.Model, data: SentimentData) -> SentimentData:
+    """The data's labels numbered in the class order saved in the model."""
+    from rnnkit_recipes.sentiment.data import in_class_order
+
+    from rnnkit.models.sequence_classifier import class_names_of
+
+    return in_class_order(data, class_names_of(model))
 
 
 def _initialize_from_language_model(

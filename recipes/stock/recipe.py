@@ -99,6 +99,7 @@ class StockRecipe(Recipe):
     def evaluate(
         self, model: keras.Model, data: StockData, config: StockConfig
     ) -> Metrics:
+        _check_model_shape(model, config)
         return forecast_table(
             model, data, config.evaluation.moving_average_days, config.train.batch_size
         )
@@ -153,6 +154,20 @@ def _check(config: StockConfig) -> None:
     if config.evaluation.folds < 0:
         raise ConfigError(
             f"evaluation.folds must be >= 0, got {config.evaluation.folds}"
+        )
+
+
+def _check_model_shape(model: keras.Model, config: StockConfig) -> None:
+    """Stops when the data settings ask for windows or forecasts of another length
+    than the model's (the input scaling is inside the model and needs no check)."""
+    from rnnkit.errors import ConfigError
+
+    window, horizon = model.input_shape[1], model.output_shape[-1]
+    if (config.data.window, config.data.horizon) != (window, horizon):
+        raise ConfigError(
+            f"this run's model reads data.window={window} days and forecasts "
+            f"data.horizon={horizon}; evaluate it with those (got "
+            f"{config.data.window} and {config.data.horizon})"
         )
 
 

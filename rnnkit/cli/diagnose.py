@@ -77,19 +77,37 @@ from rnnkit.errors import RnnkitError
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a config value of the run (or, without RUN_DIR, of the "
+    "language_model recipe that reads the text), e.g. --set data.limit=50000 "
+    "(repeatable).",
+)
+@click.option(
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to write (default: RUN_DIR/diagnostics, or runs/diagnose/<time>).",
 )
-def diagnose(run_dir: Path | None, cells: tuple[str, ...], **options: Any) -> None:
+def diagnose(
+    run_dir: Path | None,
+    cells: tuple[str, ...],
+    assignments: tuple[str, ...],
+    **options: Any,
+) -> None:
     """Gradient-flow diagnostics of a language model (RUN_DIR) or of fresh cells.
 
     Measures ||dL_T/dh_t|| against T - t on windows of real text, for freshly
     initialised and trained models (SimpleRNN, LSTM, GRU with --cell), with the
     sigma_max(W_hh)^(T-t) bound, sigma_max during training and the global gradient
-    norm before and after clipping. Writes CSV and PNG files.
+    norm before and after clipping. Writes CSV and PNG files. Runs on the device at
+    hand, whatever device and strategy the run trained with.
     """
     load_frameworks()
+    import keras
+
+    from rnnkit import config as config_lib
     from rnnkit import diagnostics
     from rnnkit.training import runner
 
@@ -106,9 +124,13 @@ def diagnose(run_dir: Path | None, cells: tuple[str, ...], **options: Any) -> No
             recipe, config = diagnostics.text_recipe(
                 registry.load, options["data_path"], options["level"], seed
             )
-        runner.configure_runtime(config.train)
+        config = config.with_values(
+            config_lib.parse_assignments(recipe.Config, list(assignments))
+        )
+        keras.utils.set_random_seed(config.train.seed)
         data = recipe.load_data(config)
         if run_dir is not None:
+            data = data.with_vocabulary(model.tokens)
             fresh, trained = diagnostics.fresh_and_trained(model)
             output = options["output"] or (run_dir / "diagnostics")
         else:

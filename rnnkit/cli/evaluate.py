@@ -28,8 +28,14 @@ def evaluate(
     assignments: tuple[str, ...],
     output: Path | None,
 ) -> None:
-    """Evaluate the saved model of RUN_DIR on the test split (no retraining)."""
+    """Evaluate the saved model of RUN_DIR on the test split (no retraining).
+
+    The model runs on the device at hand: the run's train.device and train.strategy
+    say where it trained, not where it is evaluated.
+    """
     load_frameworks()
+    import keras
+
     from rnnkit.training import runner
 
     with user_errors():
@@ -38,7 +44,7 @@ def evaluate(
         if data_path is not None:
             overrides["data.path"] = data_path
         config = config.with_values(overrides)
-        runner.configure_runtime(config.train)
+        keras.utils.set_random_seed(config.train.seed)
         metrics = {"test": recipe.evaluate(model, recipe.load_data(config), config)}
         if output is not None:
             runner.write_json(output, metrics)

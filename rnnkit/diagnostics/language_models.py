@@ -16,11 +16,16 @@ import numpy as np
 
 from rnnkit import config as config_lib
 from rnnkit.diagnostics.report import compare_models, probe_windows
-from rnnkit.errors import RnnkitError
+from rnnkit.errors import DataError, RnnkitError
 
-# The recipe whose data (`tokens`, `train_ids`, `test_ids`) fresh cells read: its
-# `data.path` and `data.level` keys are the command's `--data` and `--level`.
+# The recipe whose data (`tokens`, `train_ids`, `test_ids`, and `with_vocabulary` to
+# encode it with a run's saved vocabulary) fresh cells and runs read: its `data.path`
+# and `data.level` keys are the command's `--data` and `--level`.
 TEXT_RECIPE = "language_model"
+# Windows of the test split on which the gradient norms are measured.
+PROBE_WINDOWS = 16
+# Training windows of the fresh models: batch size and steps read back through time.
+TRAIN_BATCH_SIZE, TRAIN_BPTT = 32, 35
 # Compared when no cell is named, the cell that forgets first (the order colours the
 # curves of docs/images/vanishing_gradients.png).
 FRESH_CELLS = ("simple_rnn", "lstm", "gru")
@@ -102,9 +107,13 @@ def diagnose(
     clipnorm: float = 1.0,
     seed: int = 0,
 ) -> dict[str, Path]:
-    """`compare_models` with Adam, measured on 16 windows of `window` steps spread
-    over `test_ids`; returns {name: path} of the files written."""
-    probe = probe_windows(test_ids, 16, window + 1)
+    """`compare_models` with Adam, measured on `PROBE_WINDOWS` windows of `window`
+    steps spread over `test_ids`; returns {name: path} of the files written.
+
+    Raises `DataError` when the text is too short for the windows.
+    """
+    check_lengths(len(train_ids), len(test_ids), window, steps)
+    probe = probe_windows(test_ids, PROBE_WINDOWS, window + 1)
     return compare_models(
         fresh,
         train_ids,
@@ -112,7 +121,29 @@ def diagnose(
         output_dir,
         trained=trained,
         steps=steps,
+        batch_size=TRAIN_BATCH_SIZE,
+        bptt=TRAIN_BPTT,
         make_optimizer=lambda: keras.optimizers.Adam(learning_rate),
         clipnorm=clipnorm,
         seed=seed,
     )
+
+
+def check_lengths(train_tokens: int, test_tokens: int, window: int, steps: int) -> None:
+    """Raises `DataError` unless the splits hold enough tokens: the test split
+    `PROBE_WINDOWS` windows of `window` + 1, the training split (when `steps` train)
+    one window of `TRAIN_BPTT` + 1 and more."""
+    needed = window + 1 + PROBE_WINDOWS
+    if test_tokens < needed:
+        longest = test_tokens - PROBE_WINDOWS - 1
+        fix = f"use --window {longest} or less, or" if longest >= 2 else "give"
+        raise DataError(
+            f"the test part of the text has {test_tokens} tokens, too few for "
+            f"{PROBE_WINDOWS} windows of --window {window} (needs {needed}); {fix} "
+            "a longer text"
+        )
+    if steps and train_tokens <= TRAIN_BPTT + 1:
+        raise DataError(
+            f"the training part of the text has {train_tokens} tokens, too few for "
+            f"training windows of {TRAIN_BPTT + 1}; give a longer text, or --steps 0"
+        )

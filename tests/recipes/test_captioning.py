@@ -395,6 +395,22 @@ def test_evaluate_command_reproduces_the_metrics(smoke_run):
     assert f"{table['model']['bleu4']:.4f}" in result.output
 
 
+def test_evaluate_decodes_with_the_run_vocabulary(smoke_run, tmp_path):
+    """A data setting that learns another vocabulary from the training captions
+    leaves the figures alone: captions are decoded with the model's own."""
+    run_dir, _ = smoke_run
+    output = tmp_path / "again.json"
+    result = invoke(
+        "evaluate", str(run_dir), "--set", "data.min_frequency=3",
+        "--output", str(output),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    saved = json.loads((run_dir / "metrics.json").read_text())["test"]
+    again = json.loads(output.read_text())["test"]
+    for system, values in saved.items():
+        assert again[system] == pytest.approx(values, abs=1e-6), system
+
+
 def test_predict_captions_image_files_and_folders(smoke_run, tmp_path):
     """`rnnkit predict` in a fresh process on a folder of real images (n-best lists),
     and in this one on a single file."""

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -318,6 +319,65 @@ def test_diagnose_writes_into_the_run_directory(smoke_run):
     assert (smoke_run / "diagnostics" / "gradient_norms.png").is_file()
     mixed = invoke("diagnose", str(smoke_run), "--cell", "lstm")
     assert "leave out RUN_DIR" in error_line(mixed)
+
+
+def test_evaluate_reads_the_text_with_the_run_vocabulary(smoke_run, tmp_path):
+    """Data settings that learn another vocabulary from today's text: the model is
+    still scored with its own, on the same test split its own figures."""
+    run_dir, _ = smoke_run
+    saved = json.loads((run_dir / "metrics.json").read_text())["test"]
+    output = tmp_path / "again.json"
+    result = invoke(
+        "evaluate", str(run_dir), "--set", "data.vocabulary_size=20",
+        "--output", str(output),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    again = json.loads(output.read_text())["test"]
+    for system, values in saved.items():
+        assert again[system] == pytest.approx(values, rel=1e-4), system
+    # A shorter text (each split cut to 3,000 characters): other figures, still
+    # the model's, far below the unigram baseline's as on the whole test split.
+    result = invoke(
+        "evaluate", str(run_dir), "--set", "data.limit=3000", "--output", str(output)
+    )
+    assert result.exit_code == 0, result.output[-2000:]
+    table = json.loads(output.read_text())["test"]
+    assert table["model"]["perplexity"] < 0.7 * table["unigram"]["perplexity"]
+
+
+def test_evaluate_refuses_text_the_run_vocabulary_does_not_fit(smoke_run):
+    run_dir, _ = smoke_run
+    result = invoke("evaluate", str(run_dir), "--set", "data.level=word")
+    message = error_line(result)
+    assert "unknown to the run's vocabulary" in message
+    assert "needs another vocabulary" in message and "data.level" in message
+
+
+def test_diagnose_takes_settings_and_uses_the_run_vocabulary(smoke_run, tmp_path):
+    """`--set` reaches the run's config; a vocabulary learned again from the text
+    (data.vocabulary_size) gives way to the one saved in the model, and a run
+    recorded for a GPU is diagnosed on this machine's device."""
+    run_dir, _ = smoke_run
+    copy = tmp_path / "gpu_run"
+    shutil.copytree(run_dir, copy)
+    rewrite_train_settings(copy, {"train.device": "gpu"})
+    result = invoke(
+        "diagnose", str(copy), "--steps", "1", "--window", "10",
+        "--set", "data.vocabulary_size=20", "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    assert (tmp_path / "out" / "gradient_norms.csv").is_file()
+    result = invoke("diagnose", str(run_dir), "--set", "data.level=word")
+    assert "needs another vocabulary" in error_line(result)
+
+
+def rewrite_train_settings(run_dir, values):
+    """Rewrites the config.toml of a run directory with `values` set."""
+    config = config_lib.load_toml(LanguageModelConfig, run_dir / "config.toml")
+    text = config_lib.to_toml(
+        config.with_values(values), runner.config_header("language_model")
+    )
+    (run_dir / "config.toml").write_text(text, "utf-8")
 
 
 def test_spectral_norms_are_tracked_during_the_run(smoke_run):

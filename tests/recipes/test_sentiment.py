@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from rnnkit_recipes.sentiment.recipe import SentimentConfig, SentimentRecipe
 
 from rnnkit import config as config_lib
 from rnnkit.cli import main
+from rnnkit.errors import DataError
 from tests.sentiment_support import (
     ROOT,
     SENTIMENT_DATA,
@@ -316,3 +318,46 @@ def test_multi_class_labels_train_evaluate_and_predict(tmp_path):
         label, probability, _ = line.split(maxsplit=2)
         assert label == names[int(row.argmax())]
         assert float(probability) == pytest.approx(row.max(), abs=5e-4)
+
+
+def test_evaluate_numbers_the_classes_as_the_run_did(tmp_path):
+    """Data settings that order the classes otherwise (data.class_names) or leave
+    one out: the labels are matched to the model's classes by name, and the figures
+    are the model's own; a class the run never saw is refused."""
+    sample = imdb_sample("train", 40)
+    bands = {1: "low", 2: "low", 3: "low", 4: "mid", 7: "mid", 8: "high", 9: "high"}
+    sample = sample.assign(band=sample["rating"].map(bands).fillna("high"))
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    sample.iloc[::2].to_csv(train, index=False)
+    sample.iloc[1::2].to_csv(test, index=False)
+    settings = {
+        "data.path": str(train),
+        "data.test_path": str(test),
+        "data.label_column": "band",
+        "data.class_names": ("low", "mid", "high"),
+        "data.limit": 0,
+        "evaluation.baselines": False,
+    }
+    config = config_lib.resolve(SentimentConfig, SMOKE_CONFIG, settings)
+    recipe = SentimentRecipe()
+    data = recipe.load_data(config)
+    model = recipe.build_model(config, data)
+    model.fit(data.train, epochs=1, shuffle=False, verbose=0)
+    own = recipe.evaluate(model, data, config)["model"]
+
+    reordered = config.with_values({"data.class_names": ("high", "mid", "low")})
+    other_data = SentimentRecipe().load_data(reordered)
+    assert other_data.text.class_names == ("high", "mid", "low")
+    again = SentimentRecipe().evaluate(model, other_data, reordered)["model"]
+    assert again == pytest.approx(own)
+
+    from rnnkit_recipes.sentiment.data import in_class_order
+
+    with pytest.raises(DataError, match=r"\['top'\] are not among the run's"):
+        in_class_order(
+            dataclasses.replace(
+                data,
+                text=dataclasses.replace(data.text, class_names=("low", "mid", "top")),
+            ),
+            ("low", "mid", "high"),
+        )
