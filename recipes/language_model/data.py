@@ -9,7 +9,11 @@ Sources (`data.path`):
   validates and the last `data.test_fraction` tests (never a shuffled split: the
   text runs on).
 - a CSV/TSV table (optionally gzipped): the `data.text_column` of every row, one
-  document after another, split contiguously (e.g. the IMDB review texts).
+  document after another in an order drawn from `train.seed`, split contiguously
+  (e.g. the IMDB review texts). A table's order may follow something else than the
+  text (the IMDB training table holds all its positive reviews, then all its negative
+  ones): shuffled first, every split draws from the whole table; the same seed gives
+  the same split.
 - a pattern with `{split}`, e.g. `../shared/data/language_model/ptb.{split}.txt.gz`:
   one file per split, `{split}` filled with `data.train_split`, `data.validation_split`
   and `data.test_split` (Penn Treebank: train, valid, test).
@@ -213,7 +217,11 @@ def read_splits(config: LanguageModelConfig) -> tuple[list[str], str]:
             raise DataError(f"{path}: the folder holds no .txt or .txt.gz files")
         text = "\n".join(read_text(file, data.text_column) for file in sorted(files))
     elif path.is_file():
-        text = read_text(path, data.text_column)
+        documents = read_documents(path, data.text_column)
+        if documents is None:
+            text = read_text(path, data.text_column)
+        else:
+            text = "\n".join(shuffled(documents, config.train.seed))
     else:
         raise DataError(
             f"{path}: no such file or folder (data.path takes a text file, a folder of "
@@ -229,16 +237,32 @@ def _read_packaged(name: str) -> str:
     return gzip.decompress(resource.read_bytes()).decode("utf-8")
 
 
-def read_text(path: Path, text_column: str = "text") -> str:
-    """The text of a plain-text file (optionally gzipped), or of a table's column."""
+def read_documents(path: Path, text_column: str = "text") -> list[str] | None:
+    """The `text_column` of every row of a CSV/TSV table (optionally gzipped), in
+    the table's order; None when `path` is not a table."""
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
-    if suffixes and suffixes[-1] in _TABLE_SUFFIXES:
-        from rnnkit.data.text import read_table
+    if not suffixes or suffixes[-1] not in _TABLE_SUFFIXES:
+        return None
+    from rnnkit.data.text import read_table
 
-        texts, _ = read_table(path, text_column=text_column, label_column=text_column)
-        return "\n".join(texts)
+    texts, _ = read_table(path, text_column=text_column, label_column=text_column)
+    return list(texts)
+
+
+def shuffled(documents: list[str], seed: int) -> list[str]:
+    """`documents` in an order drawn from `seed`: the same seed, the same order."""
+    order = np.random.default_rng(seed).permutation(len(documents))
+    return [documents[i] for i in order]
+
+
+def read_text(path: Path, text_column: str = "text") -> str:
+    """The text of a plain-text file (optionally gzipped), or of a table's column
+    (its rows in the table's order, one per line)."""
+    documents = read_documents(path, text_column)
+    if documents is not None:
+        return "\n".join(documents)
     try:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":

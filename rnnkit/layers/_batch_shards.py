@@ -10,7 +10,9 @@ core: `batch_shards`".
 
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
 
 import keras
 
@@ -20,19 +22,65 @@ from rnnkit._keras_private import get_global_attribute
 # measured to pay: docs/performance.md).
 MIN_SHARD_ROWS = 8
 
+# Where the cgroup file systems are mounted: in a container, its own cgroup.
+CGROUP_ROOT = "/sys/fs/cgroup"
+
 
 def _inter_op_threads() -> int:
     """The threads TensorFlow runs independent operations on at once: its inter-op
-    pool, by default one per core this process may use."""
+    pool, by default one per core this process may use, and never more than the
+    CPUs a cgroup quota grants it (`cgroup_cpus`): TensorFlow sizes its pool by the
+    cores it may be scheduled on, which a container's quota does not reduce."""
     import tensorflow as tf
 
     threads = tf.config.threading.get_inter_op_parallelism_threads()
-    if threads > 0:
-        return threads
+    if threads <= 0:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            threads = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return threads if quota is None else min(threads, quota)
+
+
+def cgroup_cpus(root: str | os.PathLike | None = None) -> int | None:
+    """The CPUs the cgroup CPU quota under `root` (default `CGROUP_ROOT`) grants,
+    rounded up and at least 1, or None where no quota is set or none can be read.
+
+    cgroup v2: `cpu.max` holds "QUOTA PERIOD" in microseconds ("200000 100000": 2
+    CPUs; "max 100000": no quota). cgroup v1: `cpu.cfs_quota_us` over
+    `cpu.cfs_period_us` in the `cpu` (or `cpu,cpuacct`) hierarchy, -1: no quota."""
+    root = Path(CGROUP_ROOT if root is None else root)
+    limit = _read(root / "cpu.max")
+    if limit is not None:
+        quota, _, period = limit.partition(" ")
+        return _quota_cpus(quota, period)
+    for hierarchy in ("cpu", "cpu,cpuacct"):
+        quota = _read(root / hierarchy / "cpu.cfs_quota_us")
+        if quota is not None:
+            period = _read(root / hierarchy / "cpu.cfs_period_us")
+            return _quota_cpus(quota, period or "")
+    return None
+
+
+def _read(path: Path) -> str | None:
+    """The stripped text of `path`, or None where it cannot be read."""
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _quota_cpus(quota: str, period: str) -> int | None:
+    """ceil(quota / period), at least 1; None for no quota ("max", -1) or text that
+    is not one."""
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:  # "max", or a damaged file
+        return None
+    if quota_us <= 0 or period_us <= 0:
+        return None
+    return max(1, math.ceil(quota_us / period_us))
 
 
 def _local_replicas() -> int:

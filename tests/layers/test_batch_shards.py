@@ -10,6 +10,8 @@ with masks, dropout, initial states and uneven slices.
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -275,3 +277,66 @@ def test_the_replicas_of_a_strategy_on_this_machine_share_the_threads():
     paths = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     assert _shards_named(paths["2"]) == 1, paths["2"]
     assert _shards_named(paths["1"]) == 2, paths["1"]
+
+
+def _fake_cgroup(root, files):
+    """A cgroup mount under `root` holding `files` (relative path: text)."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),  # v2, limited
+        ({"cpu.max": "150000 100000\n"}, 2),  # v2, 1.5 CPUs rounded up
+        ({"cpu.max": "5000 100000\n"}, 1),  # v2, a twentieth: at least 1
+        ({"cpu.max": "max 100000\n"}, None),  # v2, no quota
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "100000\n",
+          "cpu,cpuacct/cpu.cfs_period_us": "50000\n"}, 2),  # v1, other mount name
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n"}, None),  # v1 without its period
+        ({"cpu.max": "garbled\n"}, None),
+        ({}, None),  # no cgroup files at all
+    ],
+)  # fmt: skip
+def test_cgroup_cpus_reads_the_quota_of_v2_and_v1(tmp_path, files, expected):
+    assert _batch_shards.cgroup_cpus(_fake_cgroup(tmp_path, files)) == expected
+
+
+@TF_ONLY
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "200000 100000"}, 2),
+        ({"cpu.max": "100000 100000"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "100000", "cpu/cpu.cfs_period_us": "100000"}, 1),
+        ({"cpu.max": "max 100000"}, 64),
+        ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, 64),
+        ({}, 64),
+    ],
+)
+def test_the_default_split_counts_the_cpus_a_cgroup_quota_grants(
+    monkeypatch, tmp_path, files, expected
+):
+    """A container limited to 2 CPUs on a 64-core host: TensorFlow's inter-op pool
+    (sized by the cores the process may be scheduled on) says 64; the layer splits
+    the batch as for 2."""
+    import tensorflow as tf
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(
+        tf.config.threading, "get_inter_op_parallelism_threads", lambda: 0
+    )
+    monkeypatch.setattr(
+        _batch_shards, "CGROUP_ROOT", str(_fake_cgroup(tmp_path, files))
+    )
+    assert _batch_shards._inter_op_threads() == expected
+    # A batch of 24 rows: 3 shards of 8 without a quota, as many as it grants.
+    layer = GRU(checks.UNITS)
+    tf.function(layer)(checks.random_inputs(1, batch=24))
+    assert _shards_named(layer.execution_path) == min(expected, 3)

@@ -119,6 +119,34 @@ def test_beside_other_loops_every_layer_compiles(name, training):
 
 
 @TF_ONLY
+def test_the_stock_recipes_lstms_compile_where_their_batch_is_split(monkeypatch):
+    """`rnnkit run stock`'s layers on two cores: two LSTM(32) over windows of 30 days
+    of 3 features, batch 64. `fit` traces training for a batch size unknown until it
+    runs (each epoch ends on a smaller batch): one plain loop. Validation and
+    prediction, traced for a known batch size: split in two and compiled, measured
+    end to end not to lose (docs/performance.md, "One loop per core")."""
+    import tensorflow as tf
+
+    from rnnkit.layers import _batch_shards
+
+    monkeypatch.setattr(_batch_shards, "_inter_op_threads", lambda: 2)
+    first, second = LSTM(32, return_sequences=True), LSTM(32)
+    x = np.random.default_rng(0).standard_normal((64, 30, 3)).astype("float32")
+
+    def paths(batch, training):
+        signature = [tf.TensorSpec((batch, 30, 3), "float32")]
+        tf.function(
+            lambda x: second(first(x, training=training), training=training),
+            input_signature=signature,
+        )(x)
+        return [layer.execution_path.split(": ")[0] for layer in (first, second)]
+
+    assert paths(None, training=True) == ["generic loop, hand-written BPTT"] * 2
+    split = "batch in 2 shards side by side"
+    assert paths(64, training=False) == [f"generic loop, XLA-compiled, {split}"] * 2
+
+
+@TF_ONLY
 def test_an_lstm_beside_other_loops_compiles_by_default(monkeypatch):
     import tensorflow as tf
 

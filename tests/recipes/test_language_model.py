@@ -244,7 +244,10 @@ def test_standardize_reads_reviews_as_the_sentiment_classifier_does(tmp_path):
     config = word_config(path, **{"data.standardize": True})
     loaded = LanguageModelRecipe().load_data(config)
     assert "br" not in loaded.tokens and "<eos>" in loaded.tokens
-    assert list(np.array(loaded.tokens)[loaded.train_ids[:5]]) == expected[:5]
+    # The training text opens with the review that the seeded shuffle puts first.
+    first = lm_data.shuffled(reviews, config.train.seed)[0]
+    opening = lm_data.tokenize(first, "word", lowercase=True, standardize=True)
+    assert list(np.array(loaded.tokens)[loaded.train_ids[:5]]) == opening[:5]
 
 
 @pytest.fixture(scope="module")
@@ -434,3 +437,32 @@ def test_config_files_resolve(name):
         # Zaremba et al.'s rate 1 and clip 5 on the per-window sum of losses.
         assert config.train.learning_rate == config.train.bptt
         assert config.train.clipnorm == pytest.approx(5 / config.train.bptt, rel=1e-5)
+
+
+def test_a_table_of_documents_is_shuffled_before_the_contiguous_cut(tmp_path):
+    """The IMDB training table holds its positive reviews, then its negative ones:
+    cut in the table's order, the held-out tail would be negative reviews only. On a
+    real slice in that order, the documents are shuffled (with `train.seed`) first:
+    both labels in the validation and the test text; the same seed, the same split."""
+    from tests.sentiment_support import imdb_sample, write_imdb_csv
+
+    path = write_imdb_csv(tmp_path / "reviews.csv.gz", "train", 50)
+    sample = imdb_sample("train", 50)
+    assert list(sample["label"]) == [1] * 50 + [0] * 50  # sorted by label
+    label_of = dict(zip(sample["text"], sample["label"], strict=True))
+
+    def split(seed):
+        config = word_config(path, **{"train.seed": seed})
+        return lm_data.read_splits(config)[0]
+
+    texts = split(1337)
+    labels = [
+        [label_of[line] for line in text.split("\n") if line in label_of]
+        for text in texts
+    ]
+    assert sum(map(len, labels)) >= 95  # only the documents cut at a split's edge lack
+    for name, held_out in zip(("validation", "test"), labels[1:], strict=True):
+        assert len(held_out) >= 5, name
+        assert set(held_out) == {0, 1}, f"{name}: labels {held_out}"
+    assert split(1337) == texts
+    assert split(7) != texts
