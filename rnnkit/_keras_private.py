@@ -1,4 +1,4 @@
-"""Every private Keras symbol that rnnkit uses, gathered in one module.
+"""Every private Keras and TensorFlow symbol that rnnkit uses, gathered in one module.
 
 Keras does not export these, so a Keras release may move or rename them. rnnkit is
 tested with the Keras versions in `TESTED_KERAS` (pinned in pyproject.toml); importing
@@ -15,24 +15,42 @@ an `AttributeError` deep inside a layer call.
 - `LossFunctionWrapper`: a loss given by name ("mse") as a `Loss` whose reduction the
   multi-worker loop can turn off (`rnnkit.training.multi_worker`).
 
-One private method is used where Keras offers no public way, with a fallback:
-`Model._symbolic_build`, which `fit` calls to create the compiled metrics' variables;
-the multi-worker loop calls it under its strategy and, if a Keras release drops it,
-logs the losses only (`rnnkit.training.multi_worker`).
+Private methods and attributes of Keras objects, each behind a function named for
+what it does (the methods are checked with the symbols above; the attributes, which
+Keras creates in `__init__` or `build`, fail at their first use with the same message):
 
-Code elsewhere calls `backend.NAME(...)` at call time (never `from ... import NAME`),
-so that tests can stand in for the cuDNN kernels with `monkeypatch.setattr`.
+- `variable_index`, `adam_moments`: the slot of a variable in an optimizer and Adam's
+  moment estimates for it (`BaseOptimizer._get_variable_index`, `Adam._momentums`,
+  `Adam._velocities`), for `rnnkit.optimizers.LayerwiseAdam`'s own update step.
+- `variable_key`: the optimizer's key of a variable, the same for its replicas under
+  a distribution strategy (`BaseOptimizer._var_key`).
+- `nested_layers`: every layer inside a layer, at any depth (`Layer._flatten_layers`).
+- `initial_epoch`, `clear_initial_epoch`: where `BackupAndRestore` leaves the epoch a
+  resumed run starts from (`Trainer._initial_epoch`), for the multi-worker loop.
+- `symbolic_build`: `Model._symbolic_build`, which `fit` calls to create the compiled
+  metrics' variables; the multi-worker loop calls it under its strategy and, if a
+  Keras release drops it (this returns None), logs the losses only.
+
+Private TensorFlow, in `TF_SYMBOLS`, is used by one best-effort function:
+`limit_cluster_registration` bounds a worker's wait for the chief through
+TensorFlow's coordination service, and leaves TensorFlow's default when a symbol has
+moved. It is resolved when called, not on import, so this module does not import
+TensorFlow's internals for runs that never start a cluster.
+
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import Any
 
 import keras
 
 TESTED_KERAS = ">=3.15,<3.16"
+
+log = logging.getLogger("rnnkit")
 
 SYMBOLS = (
     ("keras.src.backend", "rnn"),
@@ -44,6 +62,19 @@ SYMBOLS = (
     # The layer calls in progress: how a recurrent layer learns that it is one
     # direction of a Bidirectional (rnnkit/layers/_batch_shards.py).
     ("keras.src.backend.common.global_state", "get_global_attribute"),
+    ("keras.src.optimizers.base_optimizer", "BaseOptimizer._get_variable_index"),
+    ("keras.src.optimizers.base_optimizer", "BaseOptimizer._var_key"),
+    ("keras.src.layers.layer", "Layer._flatten_layers"),
+)
+
+# Resolved when `limit_cluster_registration` runs (see the module docstring).
+TF_SYMBOLS = (
+    ("tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2", "CoordinatedJob"),
+    ("tensorflow.python.distribute.multi_worker_util", "normalize_cluster_spec"),
+    ("tensorflow.python.distribute.multi_worker_util", "coordination_leader"),
+    ("tensorflow.python.eager.context", "context"),
+    ("tensorflow.python.eager.context", "Context.configure_coordination_service"),
+    ("tensorflow.python.training.server_lib", "ClusterSpec"),
 )
 
 
@@ -56,14 +87,17 @@ def _advice(what: str) -> str:
 
 
 def resolve(module_name: str, name: str) -> Any:
-    """`module_name.name`, or an ImportError that names it and the tested versions."""
+    """`module_name.name` (`name` may be dotted: `Class.method`), or an ImportError
+    that names it and the tested versions."""
     try:
-        module = importlib.import_module(module_name)
+        found: Any = importlib.import_module(module_name)
     except ImportError:
         raise ImportError(_advice(f"{module_name}.{name}")) from None
-    if not hasattr(module, name):
-        raise ImportError(_advice(f"{module_name}.{name}"))
-    return getattr(module, name)
+    for part in name.split("."):
+        if not hasattr(found, part):
+            raise ImportError(_advice(f"{module_name}.{name}"))
+        found = getattr(found, part)
+    return found
 
 
 for _module_name, _name in SYMBOLS:
@@ -78,12 +112,101 @@ get_global_attribute = resolve(
     "keras.src.backend.common.global_state", "get_global_attribute"
 )
 
+
+def _attribute(owner: Any, name: str, where: str) -> Any:
+    """`owner.name`, or the ImportError of a moved symbol (`where` names it)."""
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise ImportError(_advice(f"{where}.{name}")) from None
+
+
+def variable_index(optimizer: keras.optimizers.Optimizer, variable: Any) -> int:
+    """The place of `variable` in the lists of per-variable state of `optimizer`."""
+    return optimizer._get_variable_index(variable)
+
+
+def adam_moments(optimizer: keras.optimizers.Adam, index: int) -> tuple[Any, Any]:
+    """Adam's first and second moment estimates of the variable at `index`."""
+    where = "keras.src.optimizers.adam.Adam"
+    momentums = _attribute(optimizer, "_momentums", where)
+    velocities = _attribute(optimizer, "_velocities", where)
+    return momentums[index], velocities[index]
+
+
+def variable_key(optimizer: keras.optimizers.Optimizer, variable: Any) -> Any:
+    """The key by which `optimizer` knows `variable`, one for all of its replicas."""
+    return optimizer._var_key(variable)
+
+
+def nested_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """Every layer inside `layer` (not `layer` itself), at any depth."""
+    return list(layer._flatten_layers(include_self=False))
+
+
+def initial_epoch(model: keras.Model) -> int:
+    """The epoch `BackupAndRestore` restored `model` to in `on_train_begin` (0 if
+    none)."""
+    where = "keras.src.trainers.trainer.Trainer"
+    return int(_attribute(model, "_initial_epoch", where) or 0)
+
+
+def clear_initial_epoch(model: keras.Model) -> None:
+    """Forgets a restored epoch, as `fit` does before its callbacks begin."""
+    _attribute(model, "_initial_epoch", "keras.src.trainers.trainer.Trainer")
+    model._initial_epoch = None
+
+
+def symbolic_build(model: keras.Model) -> Any:
+    """`model._symbolic_build` (call it with `data_batch=`), or None when this
+    Keras has no such method."""
+    return getattr(model, "_symbolic_build", None)
+
+
+def limit_cluster_registration(cluster: dict[str, list[str]], seconds: float) -> bool:
+    """Bounds a worker's wait for the chief by `seconds` (`cluster`: TF_CONFIG's
+    "cluster" entry) through TensorFlow's coordination service.
+
+    Best effort: False, and TensorFlow's default timeout, when the service already
+    runs or a symbol of `TF_SYMBOLS` has moved.
+    """
+    try:
+        tf_symbols = {name: resolve(module, name) for module, name in TF_SYMBOLS}
+        spec = tf_symbols["normalize_cluster_spec"](tf_symbols["ClusterSpec"](cluster))
+        context = tf_symbols["context"]()
+        if context.coordination_service is not None:
+            return False
+        context.configure_coordination_service(
+            service_type="standalone",
+            service_leader=tf_symbols["coordination_leader"](spec),
+            coordinated_jobs=[
+                tf_symbols["CoordinatedJob"](name=job, num_tasks=spec.num_tasks(job))
+                for job in ("chief", "worker")
+                if job in spec.jobs
+            ],
+            cluster_register_timeout_in_ms=int(seconds * 1000),
+        )
+    except (ImportError, AttributeError, TypeError, ValueError):
+        log.debug("cannot set the registration timeout; TensorFlow's default applies")
+        return False
+    return True
+
+
 __all__ = [
-    "DropoutRNNCell",
-    "LossFunctionWrapper",
     "SYMBOLS",
     "TESTED_KERAS",
+    "TF_SYMBOLS",
+    "DropoutRNNCell",
+    "LossFunctionWrapper",
+    "adam_moments",
     "backend",
+    "clear_initial_epoch",
     "get_global_attribute",
+    "initial_epoch",
+    "limit_cluster_registration",
+    "nested_layers",
     "resolve",
+    "symbolic_build",
+    "variable_index",
+    "variable_key",
 ]

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 import keras
 from keras import ops
 
+from rnnkit import _keras_private
+
 
 @keras.saving.register_keras_serializable(package="rnnkit")
 class LayerwiseAdam(keras.optimizers.Adam):
@@ -84,7 +86,7 @@ class LayerwiseAdam(keras.optimizers.Adam):
         ]
 
     def update_step(self, gradient, variable, learning_rate) -> None:
-        index = self._get_variable_index(variable)
+        index = _keras_private.variable_index(self, variable)
         lr = ops.cast(learning_rate, variable.dtype) * self._variable_factors[index]
         gradient = ops.cast(gradient, variable.dtype)
         step = self._variable_steps[index]
@@ -92,8 +94,7 @@ class LayerwiseAdam(keras.optimizers.Adam):
         local_step = ops.cast(step, variable.dtype)
         beta_1_power = ops.power(ops.cast(self.beta_1, variable.dtype), local_step)
         beta_2_power = ops.power(ops.cast(self.beta_2, variable.dtype), local_step)
-        m = self._momentums[index]
-        v = self._velocities[index]
+        m, v = _keras_private.adam_moments(self, index)
         alpha = lr * ops.sqrt(1 - beta_2_power) / (1 - beta_1_power)
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
         self.assign_add(

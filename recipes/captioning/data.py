@@ -13,7 +13,9 @@ Sources (`data.format`):
 
 Images named by a split but absent from the image source are counted and reported once
 per split, then skipped; an image that cannot be decoded is reported by name and
-skipped. Images are decoded with Pillow in a thread pool and resized (squashed) to
+skipped; a damaged member of an image zip stops loading with an error that names it.
+Only `{split}` is replaced in `data.path` and `data.images`: other braces are part of
+the name. Images are decoded with Pillow in a thread pool and resized (squashed) to
 `model.image_size` squares (`images.py`). Captions are lower-cased and tokenised into
 words; the vocabulary (words seen `data.min_frequency` times in training, `<unk>` for
 the rest) is built from the training captions. With a frozen encoder the annotation
@@ -209,7 +211,7 @@ def read_coco(
     splits: dict[str, list[str]] = {}
     sources: dict[str, ImageSource] = {}
     files = (
-        {split: Path(path.format(split=name)) for split, name in split_names.items()}
+        {split: Path(_with_split(path, name)) for split, name in split_names.items()}
         if per_split
         else {"all": Path(path)}
     )
@@ -218,7 +220,7 @@ def read_coco(
         captions.update(by_image)
         splits[split] = sorted(by_image)
         images = (
-            data.images.format(split=split_names.get(split, ""))
+            _with_split(data.images, split_names.get(split, ""))
             if data.images
             else None
         )
@@ -241,6 +243,12 @@ def read_coco(
         }
         sources = dict.fromkeys(SPLITS, sources["all"])
     return captions, splits, sources
+
+
+def _with_split(path: str, split_name: str) -> str:
+    """`path` with each `{split}` replaced: the only placeholder, so that any other
+    brace in a folder or file name stays as it is (no `str.format`)."""
+    return path.replace("{split}", split_name)
 
 
 def _read_coco_json(path: Path) -> dict[str, list[str]]:

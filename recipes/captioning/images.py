@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +24,10 @@ class ImageSource:
         self.path = path
         self._zip: zipfile.ZipFile | None = None
         if path.is_file() and zipfile.is_zipfile(path):
-            self._zip = zipfile.ZipFile(path)
+            try:
+                self._zip = zipfile.ZipFile(path)
+            except (zipfile.BadZipFile, OSError) as error:
+                raise DataError(_damaged(path, error)) from None
             self.members = {
                 Path(n).name: n
                 for n in self._zip.namelist()
@@ -47,9 +51,24 @@ class ImageSource:
         return name in self.members
 
     def read(self, name: str) -> bytes:
+        """The bytes of image `name`; a `DataError` when the zip holding it is
+        damaged (a bad checksum, a corrupt or truncated compressed stream)."""
         if self._zip is not None:
-            return self._zip.read(self.members[name])
+            try:
+                return self._zip.read(self.members[name])
+            except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+                raise DataError(
+                    _damaged(self.path, error, self.members[name])
+                ) from None
         return Path(self.members[name]).read_bytes()
+
+
+def _damaged(path: Path, error: Exception, member: str | None = None) -> str:
+    where = f"{path}: member {member}" if member else str(path)
+    return (
+        f"{where} is damaged ({error}); download the zip again or re-create it "
+        f"(`python -m zipfile -t {path}` checks it)"
+    )
 
 
 def find_image_source(folder: Path, images: str | None) -> ImageSource:
@@ -88,6 +107,8 @@ def decode_images(
             with Image.open(io.BytesIO(read(name))) as image:
                 image = image.convert("RGB").resize((size, size), Image.BILINEAR)
                 return np.asarray(image, dtype=np.uint8)
+        except DataError:
+            raise  # a damaged zip: the data is wrong, not one image
         except UnidentifiedImageError:
             return "not a known image format"
         except (OSError, ValueError) as error:

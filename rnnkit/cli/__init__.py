@@ -11,11 +11,13 @@ TensorFlow is imported inside the commands that train or load a model, so
 Every recipe's config fields become options of `rnnkit run NAME` and `rnnkit tune NAME`
 (`--model.units 64`), beside `--config FILE` and `--set key=value`; precedence is
 defaults < config file < command line. Bad input ends with a one-line `Error: ...` and
-a non-zero exit status, never a traceback.
+a non-zero exit status, never a traceback; so does an unexpected exception in any
+command, whose line says where its traceback was written (`rnnkit.cli._common`).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 from typing import Any
@@ -24,6 +26,7 @@ import click
 
 from rnnkit import __version__
 from rnnkit._native_logs import quiet_native_logs
+from rnnkit.cli._common import unexpected_error
 
 # Command name -> "module:attribute", imported when the command is named.
 COMMANDS = {
@@ -57,6 +60,20 @@ class LazyGroup(click.Group):
         self.add_command(command, name)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Runs the command; an exception that it did not turn into a message
+        becomes one line (`unexpected_error`), here once for every command."""
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except OSError as error:
+            if error.errno == errno.EPIPE:  # output piped into `head`: click's case
+                raise
+            raise unexpected_error(error, ctx) from None
+        except Exception as error:
+            raise unexpected_error(error, ctx) from None
+
 
 class _EchoHandler(logging.Handler):
     """Progress notes to whatever stderr is now (click's test runner swaps it)."""
@@ -74,7 +91,8 @@ class _EchoHandler(logging.Handler):
 @click.option(
     "--verbose",
     is_flag=True,
-    help="Show TensorFlow's native start-up and runtime log lines (hidden by default).",
+    help="Show TensorFlow's native start-up and runtime log lines (hidden by "
+    "default), and the traceback of an unexpected error.",
 )
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from rnnkit._keras_private import nested_layers
+
 
 def state_gradient_norms(
     cells: Sequence[keras.layers.Layer],
@@ -137,7 +139,7 @@ class SpectralNormTracker(keras.callbacks.Callback):
             return list(self.watched)
         return [
             layer
-            for layer in self.model._flatten_layers(include_self=False)
+            for layer in nested_layers(self.model)
             if hasattr(getattr(layer, "cell", None), "recurrent_kernel")
         ]
 

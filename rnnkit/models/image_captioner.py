@@ -40,6 +40,7 @@ from rnnkit import layers as rnnkit_layers
 
 # Keras' time loop `backend.rnn` is private (see rnnkit/_keras_private.py).
 from rnnkit._keras_private import backend as keras_backend
+from rnnkit._keras_private import variable_key
 from rnnkit.models._arguments import positive_int
 from rnnkit.models._recurrent import recurrent_cell_class, states_per_cell
 from rnnkit.models.image_encoder import ENCODERS, image_encoder
@@ -77,10 +78,10 @@ class EncoderScaledAdam(keras.optimizers.Adam):
 
     def scale_variables(self, variables):
         """Registers the variables whose steps are scaled by `encoder_rate`."""
-        self._scaled_keys.update(self._var_key(variable) for variable in variables)
+        self._scaled_keys.update(variable_key(self, v) for v in variables)
 
     def update_step(self, gradient, variable, learning_rate):
-        if self._var_key(variable) in self._scaled_keys:
+        if variable_key(self, variable) in self._scaled_keys:
             learning_rate = learning_rate * self.encoder_rate
         super().update_step(gradient, variable, learning_rate)
 

@@ -55,6 +55,8 @@ def fit_multiworker(
 
 
 def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa: ANN001, ANN202, PLR0913
+    from rnnkit import _keras_private
+
     train_set = _distributed(strategy, data.train, config, training=True)
     validation_set = (
         _distributed(strategy, data.validation, config, training=False)
@@ -77,12 +79,12 @@ def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa:
         steps=_steps(data.train, config.train.batch_size),
     )
     model.stop_training = False
-    model._initial_epoch = None  # noqa: SLF001 - BackupAndRestore sets it
+    _keras_private.clear_initial_epoch(model)  # BackupAndRestore sets it
     callback_list.on_train_begin()
     if is_multiworker(strategy):
         initial_epoch = _broadcast_state(model, strategy, tf)
     else:  # one process: every replica's variables were made from the same values
-        initial_epoch = int(model._initial_epoch or 0)  # noqa: SLF001
+        initial_epoch = _keras_private.initial_epoch(model)
     if initial_epoch:
         log.info("resuming after epoch %d (the chief's backup)", initial_epoch)
 
@@ -209,7 +211,9 @@ def _build_metrics(model, split, config, strategy, keras):  # noqa: ANN001
         return False
     # Keras builds them from symbolic inputs in `fit` (a private method; without it
     # the loop logs the losses only). Symbolic, so no batch is drawn from the data.
-    build = getattr(model, "_symbolic_build", None)
+    from rnnkit._keras_private import symbolic_build
+
+    build = symbolic_build(model)
     if build is None:
         log.info("the multi-worker loop logs the losses only (Keras changed)")
         return False
@@ -294,7 +298,9 @@ def _summed_over_replicas(replica_step: Callable, strategy: Any, tf: Any) -> Cal
 def _broadcast_state(model: keras.Model, strategy: Any, tf: Any) -> int:
     """Gives every worker the chief's weights, optimizer state and initial epoch
     (restored from its backup on `--resume`); returns that epoch."""
-    epoch = tf.constant(float(model._initial_epoch or 0))  # noqa: SLF001
+    from rnnkit._keras_private import initial_epoch
+
+    epoch = tf.constant(float(initial_epoch(model)))
     variables = list(model.variables) + list(model.optimizer.variables)
 
     @tf.function

@@ -156,31 +156,9 @@ def _wait_for_listeners(addresses: list[str], seconds: float, message: str) -> N
 def _limit_registration(seconds: float) -> None:
     """Bounds a worker's wait for the chief by `seconds` (TensorFlow's coordination
     service; its own default is shorter). Best effort: a private TensorFlow API."""
-    try:
-        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-        from tensorflow.python.distribute import multi_worker_util
-        from tensorflow.python.eager import context
-        from tensorflow.python.training import server_lib
+    from rnnkit._keras_private import limit_cluster_registration
 
-        cluster = multi_worker_util.normalize_cluster_spec(
-            server_lib.ClusterSpec(json.loads(os.environ[TF_CONFIG])["cluster"])
-        )
-        if context.context().coordination_service is not None:
-            return
-        context.context().configure_coordination_service(
-            service_type="standalone",
-            service_leader=multi_worker_util.coordination_leader(cluster),
-            coordinated_jobs=[
-                coordination_config_pb2.CoordinatedJob(
-                    name=job, num_tasks=cluster.num_tasks(job)
-                )
-                for job in ("chief", "worker")
-                if job in cluster.jobs
-            ],
-            cluster_register_timeout_in_ms=int(seconds * 1000),
-        )
-    except (ImportError, AttributeError, TypeError, ValueError):
-        log.debug("cannot set the registration timeout; TensorFlow's default applies")
+    limit_cluster_registration(json.loads(os.environ[TF_CONFIG])["cluster"], seconds)
 
 
 def is_multiworker(strategy: Any) -> bool:

@@ -316,6 +316,87 @@ def test_coco_captions_json_is_read_and_split(tmp_path):
         )
 
 
+def damage(archive_path, member):
+    """Overwrites the first half of `member`'s bytes in the zip with 0xff: an invalid
+    deflate block (zlib.error) or, for a stored member, a bad CRC-32 (BadZipFile)."""
+    with zipfile.ZipFile(archive_path) as archive:
+        info = archive.getinfo(member)
+    with open(archive_path, "r+b") as handle:
+        handle.seek(info.header_offset + 26)
+        name_length, extra_length = (
+            int.from_bytes(handle.read(2), "little") for _ in range(2)
+        )
+        data_start = info.header_offset + 30 + name_length + extra_length
+        handle.seek(data_start)
+        handle.write(b"\xff" * (info.compress_size // 2))
+
+
+@pytest.mark.parametrize(
+    ("compression", "reason"),
+    [("deflated", "while decompressing"), ("stored", "Bad CRC-32")],
+)
+def test_a_damaged_member_of_an_image_zip_is_a_one_line_error(
+    tmp_path, compression, reason
+):
+    folder = write_flickr_folder(
+        tmp_path / "flickr", counts=(4, 2, 2), missing=(0, 0, 0)
+    )
+    images = sorted((folder / "Images").iterdir())
+    archive_path = tmp_path / "images.zip"
+    method = {"deflated": zipfile.ZIP_DEFLATED, "stored": zipfile.ZIP_STORED}
+    with zipfile.ZipFile(archive_path, "w", method[compression]) as archive:
+        for image in images:
+            archive.write(image, f"Images/{image.name}")
+    damaged = f"Images/{images[0].name}"
+    damage(archive_path, damaged)
+    result = invoke(
+        "run", "captioning", "--config", str(SMOKE_CONFIG),
+        "--run-dir", str(tmp_path / "run"), "--set", f"data.path={folder}",
+        "--set", f"data.images={archive_path}",
+    )  # fmt: skip
+    line = error_line(result)
+    assert f"{archive_path}: member {damaged} is damaged" in line and reason in line
+    assert "download the zip again" in line and "python -m zipfile -t" in line
+
+
+def test_coco_paths_may_hold_braces(tmp_path):
+    """Only `{split}` is replaced in data.path and data.images; other braces in a
+    folder or file name are the name's own."""
+    folder = write_flickr_folder(
+        tmp_path / "flickr", counts=(4, 2, 2), missing=(0, 0, 0)
+    )
+    captions = caption_data.read_flickr8k_captions(folder / "Flickr8k.token.txt")
+    coco = tmp_path / "coco {2014} {x"
+    coco.mkdir()
+    (folder / "Images").rename(coco / "Images {all}")
+    for split, list_file in zip(
+        ("tr", "va", "te"), caption_data._FLICKR_SPLIT_FILES.values(), strict=True
+    ):
+        names = (folder / list_file).read_text().split()
+        document = {
+            "images": [{"id": i, "file_name": name} for i, name in enumerate(names)],
+            "annotations": [
+                {"image_id": i, "caption": text}
+                for i, name in enumerate(names)
+                for text in captions[name]
+            ],
+        }
+        (coco / f"captions_{split}.json").write_text(json.dumps(document))
+    config = config_for(
+        coco / "captions_{split}.json",
+        **{
+            "data.format": "coco",
+            "data.images": str(coco / "Images {all}"),
+            "data.train_split": "tr",
+            "data.validation_split": "va",
+            "data.test_split": "te",
+        },
+    )
+    data = CaptioningRecipe().load_data(config)
+    sizes = [len(data.splits[s].names) for s in ("train", "validation", "test")]
+    assert sizes == [4, 2, 2]
+
+
 # -- Baselines -------------------------------------------------------------------------
 
 
