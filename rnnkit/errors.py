@@ -5,6 +5,24 @@ with status 1, never with a traceback. Recipes raise `DataError` for a missing,
 unreadable or malformed data source and `ConfigError` for a value that cannot work.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
+# The run directory an unexpected exception happened in, as an attribute of the
+# exception: where the launcher writes its traceback (rnnkit/cli/_common.py).
+_RUN_DIR = "rnnkit_run_dir"
+
+
+def mark_run_dir(error: BaseException, run_dir: Path) -> None:
+    """Records on `error` that it ended the run writing `run_dir`."""
+    setattr(error, _RUN_DIR, Path(run_dir))
+
+
+def run_dir_of(error: BaseException) -> Path | None:
+    """The run directory `mark_run_dir` recorded on `error`, if any."""
+    return getattr(error, _RUN_DIR, None)
+
 
 class RnnkitError(Exception):
     """Base class: bad input a user can fix; the message says what and how."""

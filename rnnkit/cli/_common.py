@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from rnnkit._native_logs import import_frameworks_quietly
-from rnnkit.errors import RnnkitError
+from rnnkit.errors import RnnkitError, run_dir_of
 from rnnkit.files import write_text
 
 # ctx.meta key (meta is shared by a command's context and its parents'): the context
@@ -105,7 +105,7 @@ def unexpected_error(error: Exception, root: click.Context) -> click.ClickExcept
     )
     text = "".join(traceback.format_exception(error))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = _run_in_progress(command)
+    run_dir = run_dir_of(error) or _run_in_progress(command)
     path = (
         run_dir / TRACEBACK_FILE
         if run_dir is not None

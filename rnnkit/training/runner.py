@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnkit.errors import ConfigError, TrainingError
+from rnnkit.errors import ConfigError, RnnkitError, TrainingError, mark_run_dir
 from rnnkit.files import write_csv, write_json, write_text
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
@@ -265,6 +265,10 @@ def run(
                     recipe.name,
                     run_dir,
                 )
+            raise
+        except Exception as error:
+            if run_dir is not None and not isinstance(error, RnnkitError):
+                mark_run_dir(error, run_dir)  # its traceback belongs there
             raise
 
 

@@ -135,3 +135,20 @@ def test_an_unexpected_exception_in_a_fresh_process(tmp_path):
     log = written_to(line)
     assert log.parent == tmp_path / "logs"
     assert "RuntimeError: deep inside" in log.read_text(encoding="utf-8")
+
+
+def test_a_failed_run_in_a_directory_it_named_itself_keeps_its_traceback_there(
+    monkeypatch, tmp_path
+):
+    from rnnkit_recipes.stock.recipe import StockRecipe
+
+    monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(StockRecipe, "load_data", broken)
+    result = run("run", "stock", "--config", str(SMOKE_CONFIG))
+    assert result.exit_code == 1
+    [run_dir] = (tmp_path / "runs" / "stock").iterdir()
+    written = tmp_path / written_to(one_error_line(result.output))
+    assert written == run_dir / "traceback.log"
+    assert "in broken" in (run_dir / "traceback.log").read_text(encoding="utf-8")
+    assert not (tmp_path / "cache").exists()
