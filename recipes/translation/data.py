@@ -86,7 +86,7 @@ def read_splits(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:
         if not split:
             continue
         source_path, target_path = (
-            Path(data.path.format(split=split, lang=lang))
+            Path(_filled(data.path, split, lang))
             for lang in (data.source_lang, data.target_lang)
         )
         splits[name] = parallel_text.read_parallel_files(
@@ -105,10 +105,14 @@ def read_splits(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:
         splits.setdefault("validation", validation)
         splits.setdefault("test", test)
         splits["train"] = train
-    description = data.path.format(
-        split="*", lang=f"{{{data.source_lang},{data.target_lang}}}"
-    )
+    description = _filled(data.path, "*", f"{{{data.source_lang},{data.target_lang}}}")
     return splits["train"], splits["validation"], splits["test"], description
+
+
+def _filled(path: str, split: str, lang: str) -> str:
+    """`path` with `{split}` and `{lang}` replaced, the only placeholders: any other
+    brace in a folder or file name stays as it is (no `str.format`)."""
+    return path.replace("{split}", split).replace("{lang}", lang)
 
 
 def _read_anki(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:

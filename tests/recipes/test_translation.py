@@ -314,6 +314,21 @@ def test_data_errors_are_one_line(tmp_path):
     assert "both 'de'" in error_line(same_language)
 
 
+def test_braces_in_a_folder_name_are_not_placeholders(tmp_path):
+    folder = tmp_path / "corpus {v1}"
+    folder.mkdir()
+    (folder / "c_train.de").write_text("Ein Hund.\nZwei Katzen.\n", "utf-8")
+    (folder / "c_train.en").write_text("A dog.\n", "utf-8")
+    result = invoke(
+        "run", "translation", "--config", str(SMOKE_CONFIG),
+        "--run-dir", str(tmp_path / "run"),
+        "--set", f"data.path={folder}/c_{{split}}.{{lang}}",
+        "--set", "data.validation_split=", "--set", "data.test_split=",
+    )  # fmt: skip
+    # The files were found and read: the error is about their content.
+    assert "misaligned parallel files" in error_line(result)
+
+
 def test_search_space_gives_a_valid_config():
     hp = keras_tuner.HyperParameters()
     config = TranslationRecipe().search_space(hp, TranslationConfig())
