@@ -127,6 +127,7 @@ def tune(
     """
     if tuner not in TUNERS:
         raise ConfigError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    recipe.check_config(config)  # before anything is written or trained
     address = None if chief is None else cluster.parse_address(chief)
     directory = Path(directory or Path("runs") / recipe.name / "tuning")
     check_one_device(config)

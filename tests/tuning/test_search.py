@@ -11,7 +11,7 @@ from rnnkit_recipes.stock.recipe import StockConfig, StockRecipe
 from rnnkit import config as config_lib
 from rnnkit import tuning
 from rnnkit.cli import main
-from rnnkit.errors import TrainingError
+from rnnkit.errors import ConfigError, TrainingError
 from tests.cli_support import error_line, invoke
 from tests.stock_support import SMOKE_CONFIG, smoke_config
 
@@ -114,3 +114,14 @@ def test_tuning_refuses_a_strategy_of_several_devices(strategy):
     assert f"train.strategy={strategy}: tuning trains each trial on one device" in (
         error_line(result)
     )
+
+
+def test_a_config_that_cannot_work_fails_before_the_search(tmp_path):
+    """The recipe's own check (here: a backtest the recipe cannot do) runs first."""
+    from rnnkit_recipes.sentiment.recipe import SentimentRecipe
+
+    recipe = SentimentRecipe()
+    config = recipe.Config().with_values({"evaluation.folds": 2})
+    with pytest.raises(ConfigError, match="evaluation.folds"):
+        tuning.tune(recipe, config, max_trials=1, directory=tmp_path / "tuning")
+    assert not (tmp_path / "tuning").exists()
