@@ -531,17 +531,24 @@ def _flatten_toml(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return flat
 
 
-def load_toml(config_cls: type[ConfigT], path: str | Path) -> ConfigT:
-    """Defaults of `config_cls` overridden by the values in a TOML file."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The tables of a TOML config file, unchecked; a missing, unreadable or invalid
+    file is a one-line `ConfigError`."""
     path = Path(path)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read config file {path}: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
+
+
+def load_toml(config_cls: type[ConfigT], path: str | Path) -> ConfigT:
+    """Defaults of `config_cls` overridden by the values in a TOML file."""
+    path = Path(path)
+    document = read_toml(path)
     return apply_values(config_cls(), _flatten_toml(document, path), source=str(path))
 
 

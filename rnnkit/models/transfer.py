@@ -121,22 +121,9 @@ def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> 
     The file is read as plain TOML, without the config class of the recipe that wrote
     it; an unreadable or invalid file is a `ConfigError`.
     """
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from rnnkit.config import read_toml
 
-    from rnnkit.errors import ConfigError
-
-    path = Path(config_file)
-    try:
-        table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read config file {path}: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+    table: Any = read_toml(config_file)
     for part in key.split("."):
         if not isinstance(table, dict) or part not in table:
             return default
