@@ -11,6 +11,14 @@ local copies in ../shared/data/sentiment (see recipes/sentiment/configs/imdb.tom
     python benchmarks/sentiment_imdb.py --limit 5000 --epochs 1 # a reduced check
     python benchmarks/sentiment_imdb.py --set model.cell_type=lstm
     python benchmarks/sentiment_imdb.py --baselines-only        # no RNN, ~2 minutes
+    python benchmarks/sentiment_imdb.py --select --seeds 1337,1,2 --out RUNS
+
+`--select` chooses the architecture on the validation split (see selection.py): each
+of CANDIDATES trains with the first seed and is scored by its validation accuracy at
+the epoch early stopping kept; the best then trains with the other seeds, and its test
+figures are printed as mean and standard deviation over all of them. The candidates
+are the architectures that led to configs/imdb.toml (docs/performance.md, "Sentiment:
+history"), where they had been compared on the test split.
 """
 
 from __future__ import annotations
@@ -28,6 +36,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_ACCURACY = 0.88
 TARGET_TRAINING_SECONDS = 30 * 60
+# Overrides of configs/imdb.toml. The baselines are left out of each run: they do not
+# depend on the architecture (python benchmarks/sentiment_imdb.py --baselines-only).
+CANDIDATES = {
+    "gru64_mean": {
+        "model.units": 64,
+        "model.pooling": "mean",
+        "model.dropout": 0.3,
+        "model.embedding_dropout": 0.2,
+    },
+    "gru128_mean": {"model.pooling": "mean"},
+    "gru128_mean_max": {},
+    "lstm128_mean_max": {"model.cell_type": "lstm"},
+}
 
 
 def main() -> None:
@@ -50,6 +71,22 @@ def main() -> None:
         action="store_true",
         help="Fit and test the baselines on the same splits, without the RNN.",
     )
+    parser.add_argument(
+        "--select",
+        action="store_true",
+        help="Choose among CANDIDATES on validation, then run the choice per seed.",
+    )
+    parser.add_argument(
+        "--candidates",
+        default=",".join(CANDIDATES),
+        help="Comma-separated names of CANDIDATES (with --select).",
+    )
+    parser.add_argument(
+        "--seeds", default="1337,1,2", help="Seeds (with --select); the first selects."
+    )
+    parser.add_argument(
+        "--out", default="runs/sentiment_selection", help="Folder (with --select)."
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # The config's data paths are relative to the repository root.
@@ -67,6 +104,9 @@ def main() -> None:
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
     config = config_lib.resolve(recipe.Config, args.config, overrides)
+    if args.select:
+        select(recipe, config, args)
+        return
     if args.baselines_only:
         from rnnkit_recipes.sentiment.baselines import baseline_table
 
@@ -114,6 +154,69 @@ def main() -> None:
         f"{training / 60:.1f} min <= {TARGET_TRAINING_SECONDS // 60} min: "
         + ("MET" if met else "NOT MET")
     )
+
+
+def select(recipe, config, args) -> None:
+    """The --select protocol: see the module docstring and selection.py."""
+    from selection import chosen_runs, kept_epoch, mean_std, select_then_seeds
+    from timing import cpu_line
+
+    from rnnkit import config as config_lib
+    from rnnkit.training import runner
+
+    names = [name for name in args.candidates.split(",") if name]
+    unknown = sorted(set(names) - set(CANDIDATES))
+    if unknown:
+        raise SystemExit(
+            f"unknown candidates {unknown}; choose from {list(CANDIDATES)}"
+        )
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+
+    def train(name, overrides, seed, run_dir):
+        settings = {
+            **overrides,
+            "train.seed": seed,
+            "evaluation.baselines": False,
+        }
+        run_config = config_lib.apply_values(config, settings, source="--select")
+        timer = epoch_timer()
+        result = runner.run(recipe, run_config, run_dir, verbose=2, callbacks=[timer])
+        kept = kept_epoch(result.history)
+        return {
+            "validation": {"accuracy": kept["val_accuracy"], "loss": kept["val_loss"]},
+            "test": result.metrics["test"]["model"],
+            "epochs": len(timer.seconds),
+            "training_minutes": sum(timer.seconds) / 60,
+        }
+
+    ledger = select_then_seeds(
+        {name: CANDIDATES[name] for name in names},
+        train,
+        seeds,
+        Path(args.out),
+        criterion="accuracy",
+    )
+    print()
+    print(f"selection on the validation split (seed {seeds[0]}; accuracy at the")
+    print("epoch early stopping kept):")
+    for name, score in sorted(ledger["validation"].items(), key=lambda kv: -kv[1]):
+        mark = "  <- chosen" if name == ledger["chosen"] else ""
+        print(f"  {name:<20} {score:.4f}{mark}")
+    print()
+    print(f"{ledger['chosen']}, test split, per seed:")
+    rows = chosen_runs(ledger)
+    print("  seed   val acc  test acc      F1  ROC AUC  epochs  train min")
+    for seed, record in rows:
+        test = record["test"]
+        print(
+            f"  {seed:<5} {record['validation']['accuracy']:8.4f} "
+            f"{test['accuracy']:9.4f} {test['f1']:7.4f} {test['roc_auc']:8.4f} "
+            f"{record['epochs']:7d} {record['training_minutes']:10.1f}"
+        )
+    for key in ("accuracy", "f1", "roc_auc"):
+        mean, std = mean_std([record["test"][key] for _, record in rows])
+        print(f"  test {key}: {mean:.4f} +- {std:.4f} over {len(rows)} seeds")
+    print(f"CPU: {cpu_line()}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""Model selection on the validation split, then the chosen configuration over several
+seeds: the protocol every quality benchmark in this folder follows (issue 34).
+
+1. Each candidate configuration trains once, with the first seed. The candidates are
+   compared on a validation figure of the epoch that early stopping kept (the epoch
+   with the lowest validation loss), never on the test split.
+2. The best candidate trains again with each further seed. Its test figures are
+   reported as mean and sample standard deviation over all its seeds.
+
+Finished runs are recorded in `selection.json` in the output folder, so an interrupted
+selection resumes where it stopped (a run with no record is trained again from the
+start, in a fresh directory). Imported by the scripts in this folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+LEDGER = "selection.json"
+
+
+def kept_epoch(history: Sequence[Mapping[str, float]], monitor: str = "val_loss"):
+    """The history row of the epoch early stopping restores (lowest `monitor`)."""
+    rows = [row for row in history if monitor in row and math.isfinite(row[monitor])]
+    if not rows:
+        raise ValueError(f"no finite {monitor!r} in the training history")
+    return min(rows, key=lambda row: row[monitor])
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; 0.0 for a single value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def _ledger(out: Path) -> dict[str, Any]:
+    path = out / LEDGER
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _record(out: Path, ledger: dict[str, Any]) -> None:
+    path = out / LEDGER
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(ledger, indent=1, sort_keys=True))
+    os.replace(temporary, path)
+
+
+def select_then_seeds(
+    candidates: Mapping[str, Mapping[str, Any]],
+    train: Callable[[str, Mapping[str, Any], int, Path], dict[str, Any]],
+    seeds: Sequence[int],
+    out: Path,
+    criterion: str,
+    higher_is_better: bool = True,
+) -> dict[str, Any]:
+    """Runs the protocol above; returns the ledger with `chosen` set.
+
+    `train(name, overrides, seed, run_dir)` trains one run and returns a JSON-able dict
+    with at least `validation` (a dict holding `criterion`) and `test` (a dict).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = _ledger(out)
+    runs = ledger.setdefault("runs", {})
+
+    def one(name: str, seed: int) -> dict[str, Any]:
+        key = f"{name}/seed{seed}"
+        if key not in runs:
+            run_dir = out / f"{name}-seed{seed}"
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # an interrupted run without a record
+            runs[key] = train(name, candidates[name], seed, run_dir)
+            _record(out, ledger)
+        return runs[key]
+
+    first = seeds[0]
+    scores = {name: one(name, first)["validation"][criterion] for name in candidates}
+    pick = max if higher_is_better else min
+    chosen = pick(scores, key=scores.__getitem__)
+    ledger["chosen"] = chosen
+    ledger["criterion"] = criterion
+    ledger["validation"] = scores
+    for seed in seeds[1:]:
+        one(chosen, seed)
+    ledger["seeds"] = list(seeds)
+    _record(out, ledger)
+    return ledger
+
+
+def chosen_runs(ledger: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(seed, record) of the chosen candidate's runs, in seed order given."""
+    return [
+        (seed, ledger["runs"][f"{ledger['chosen']}/seed{seed}"])
+        for seed in ledger["seeds"]
+    ]
