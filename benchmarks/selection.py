@@ -3,7 +3,9 @@ seeds: the protocol every quality benchmark in this folder follows (issue 34).
 
 1. Each candidate configuration trains once, with the first seed. The candidates are
    compared on a validation figure of the epoch that early stopping kept (the epoch
-   with the lowest validation loss), never on the test split.
+   with the lowest validation loss), never on the test split; an exact tie (accuracy
+   on a few thousand examples ties often) goes to the lower validation loss when the
+   records hold one.
 2. The best candidate trains again with each further seed. Its test figures are
    reported as mean and sample standard deviation over all its seeds.
 
@@ -82,9 +84,16 @@ def select_then_seeds(
         return runs[key]
 
     first = seeds[0]
-    scores = {name: one(name, first)["validation"][criterion] for name in candidates}
-    pick = max if higher_is_better else min
-    chosen = pick(scores, key=scores.__getitem__)
+    validation = {name: one(name, first)["validation"] for name in candidates}
+    scores = {name: figures[criterion] for name, figures in validation.items()}
+    sign = 1.0 if higher_is_better else -1.0
+    chosen = max(
+        validation,
+        key=lambda name: (
+            sign * scores[name],
+            -validation[name].get("loss", 0.0) if criterion != "loss" else 0.0,
+        ),
+    )
     ledger["chosen"] = chosen
     ledger["criterion"] = criterion
     ledger["validation"] = scores
