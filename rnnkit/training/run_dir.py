@@ -14,7 +14,9 @@ Every file is written under a temporary name in the same folder and renamed into
 (rnnkit.files), so an interrupted run never leaves a half-written file under a final
 name. A directory with `config.toml` and no `run.json` is an interrupted run, which
 `--resume` continues. New directories are claimed with one `mkdir` that fails when
-the name is taken, so runs started together never share one.
+the name is taken, so runs started together never share one; a directory given with
+`--run-dir` is claimed by creating its empty `.claimed` file, which fails when another
+run created it first.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ RUN_FILE = "run.json"
 BACKUP_DIR = "backup"
 PLOT_DIR = "plots"
 TENSORBOARD_DIR = "tensorboard"
+CLAIM_FILE = ".claimed"
 
 
 # -- Model and history files ---------------------------------------------------------
@@ -145,6 +148,18 @@ def prepare_resume(recipe: Recipe, run_dir: Path) -> RecipeConfig:
     return config_lib.load_toml(recipe.Config, config_file)
 
 
+def _claim(run_dir: Path) -> None:
+    """Takes the (empty) directory `run_dir` for one run: two runs given the same
+    `--run-dir` at the same instant both find it empty; only one creates the file."""
+    try:
+        (run_dir / CLAIM_FILE).open("x").close()
+    except FileExistsError:
+        raise RnnkitError(
+            f"run directory {run_dir} was just taken by another run; choose another "
+            "--run-dir"
+        ) from None
+
+
 def open_run_dir(
     recipe_name: str,
     config: RecipeConfig,
@@ -178,6 +193,8 @@ def open_run_dir(
                 f"or continue it with --resume {run_dir}"
             )
         run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            _claim(run_dir)
     write_text(
         run_dir / CONFIG_FILE, config_lib.to_toml(config, config_header(recipe_name))
     )

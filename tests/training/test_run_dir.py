@@ -103,6 +103,25 @@ def test_runs_started_together_claim_distinct_directories(tmp_path):
         assert (Path(folder) / run_dir.CONFIG_FILE).is_file()
 
 
+def test_a_given_directory_found_empty_by_two_runs_is_taken_by_one(
+    tmp_path, monkeypatch
+):
+    given = tmp_path / "mine"
+    given.mkdir()
+    # Both runs look before either has written anything, as two processes given the
+    # same --run-dir at the same instant do: only the claim itself may decide.
+    real_iterdir = Path.iterdir
+    monkeypatch.setattr(
+        Path, "iterdir", lambda self: iter(()) if self == given else real_iterdir(self)
+    )
+    first = run_dir.open_run_dir("toy", ToyConfig(), given, "runs", resume=False)
+    assert first == given and (given / run_dir.CONFIG_FILE).is_file()
+    config_text = (given / run_dir.CONFIG_FILE).read_text()
+    with pytest.raises(RnnkitError, match="just taken by another run.*--run-dir"):
+        run_dir.open_run_dir("toy", ToyConfig(), given, "runs", resume=False)
+    assert (given / run_dir.CONFIG_FILE).read_text() == config_text
+
+
 def test_a_used_directory_is_refused_unless_resumed(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(RnnkitError, match="not empty.*--resume"):
