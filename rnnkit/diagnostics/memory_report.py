@@ -42,7 +42,7 @@ def memory_sweep(
     cells: Sequence[str],
     lengths: Sequence[int] | dict[str, Sequence[int]],
     output_dir: Path,
-    settings: MemorySettings = DEFAULT,
+    settings: MemorySettings | dict[str, MemorySettings] | None = None,
     *,
     clips: Sequence[bool] = (True, False),
     all_lengths: bool = False,
@@ -52,15 +52,18 @@ def memory_sweep(
     of the module docstring into `output_dir` and returns {name: path}. `log` gets
     one line per model.
 
-    `lengths` are the T of every task, or {task: lengths}. They run shortest first;
-    unless `all_lengths`, a cell and arm that failed at one length skips the longer
-    ones (they cost the whole budget and fail too).
+    `settings` are those of every task, or {task: settings} (default:
+    `memory_tasks.DEFAULT`); `lengths` the T of every task, or {task: lengths}. They
+    run shortest first; unless `all_lengths`, a cell and arm that failed at one
+    length skips the longer ones (they cost the whole budget and fail too).
     """
     output_dir = Path(output_dir)
     rows: list[dict[str, Any]] = []
     gradient_rows: list[dict[str, Any]] = []
     written: dict[str, Path] = {}
     for task in tasks:
+        chosen = settings or DEFAULT
+        task_settings = chosen[task] if isinstance(chosen, dict) else chosen
         for cell in cells:
             for clip in clips:
                 failed = False
@@ -69,9 +72,9 @@ def memory_sweep(
                     if failed and not all_lengths:
                         break
                     model, row = train_memory_model(
-                        task, cell, length, settings, clip=clip
+                        task, cell, length, task_settings, clip=clip
                     )
-                    norms, sigma = gradient_probe(model, task, length, settings)
+                    norms, sigma = gradient_probe(model, task, length, task_settings)
                     row["sigma_max_W_hh"] = sigma
                     for distance in REPORTED_DISTANCES:
                         row[f"grad_norm_at_{distance}"] = (
@@ -91,7 +94,7 @@ def memory_sweep(
                         for distance, value in enumerate(norms)
                     )
                     if log is not None:
-                        log(describe(row))
+                        log(describe(row, task_settings.steps))
                     written.update(write_tables(rows, gradient_rows, output_dir))
     written.update(plot_errors(rows, output_dir))
     written.update(plot_gradients(gradient_rows, output_dir))
@@ -112,14 +115,16 @@ def check_writable(output_dir: Path) -> None:
         ) from None
 
 
-def describe(row: dict[str, Any]) -> str:
+def describe(row: dict[str, Any], budget: int) -> str:
     """One line per model: what it reached against the baseline, and how fast."""
     clip = f"clip {row['clipnorm']:g}" if row["clipnorm"] else "no clip"
-    outcome = (
-        f"solved in {row['steps_to_solve']} steps"
-        if row["solved"]
-        else f"not solved in {row['steps_trained']} steps"
-    )
+    if row["solved"]:
+        outcome = f"solved in {row['steps_to_solve']} steps"
+    elif row["steps_trained"] < budget:
+        # The validation set passed the threshold, the test set did not.
+        outcome = f"not solved: stopped at {row['steps_trained']} steps on validation"
+    else:
+        outcome = f"not solved in {row['steps_trained']} steps"
     return (
         f"{row['task']:6} {row['cell']:10} T={row['length']:<4} {clip:9} "
         f"error {row['test_error']:.4g} = {row['error_vs_baseline']:.3f} x baseline, "
@@ -184,6 +189,7 @@ def _panels(rows: Sequence[dict[str, Any]]) -> tuple[Any, Any, list, list]:
         figsize=(4 * len(cells), 3.2 * len(tasks)),
         squeeze=False,
         sharey="row",
+        layout="constrained",
     )
     return figure, axes, tasks, cells
 
@@ -211,6 +217,11 @@ def plot_errors(rows: Sequence[dict[str, Any]], output_dir: Path) -> dict[str, P
             axis.axhline(
                 SOLVED_FRACTION, color="green", linestyle=":", label="solved below"
             )
+            measured = sorted(
+                {r["length"] for r in rows if (r["task"], r["cell"]) == (task, cell)}
+            )
+            axis.set_xticks(measured, [str(length) for length in measured])
+            axis.minorticks_off()
             axis.set_title(f"{task}: {cell}")
             axis.set_xlabel("T (length or delay)")
             if j == 0:
