@@ -1,5 +1,6 @@
 """`rnnkit diagnose [RUN_DIR]`: gradient-flow diagnostics (`rnnkit.diagnostics`) of a
-language-model run, or of fresh cells on a text."""
+language-model run, of fresh cells on a text, or (`--task adding,copy`) of fresh cells
+trained on the long-range memory tasks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,42 @@ from rnnkit.errors import RnnkitError
 
 
 @click.command()
+@click.option(
+    "--task",
+    default="text",
+    show_default=True,
+    help="text: next-token gradients on a text (or RUN_DIR); adding, copy or "
+    "adding,copy: the memory tasks (rnnkit.diagnostics.memory_tasks).",
+)
+@click.option(
+    "--lengths",
+    help="Memory tasks: comma-separated T (sequence length of adding, delay of "
+    "copy); default adding 10,25,50,100,200 and copy 5,10,20 (--quick: 20 "
+    "and 5).",
+)
+@click.option(
+    "--cells",
+    "cell_list",
+    help="Memory tasks: comma-separated cells (default: simple_rnn,lstm,gru).",
+)
+@click.option(
+    "--clip",
+    type=click.Choice(["both", "on", "off"]),
+    default="both",
+    show_default=True,
+    help="Memory tasks: train with global-norm clipping (--clipnorm), without, or "
+    "both, side by side.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Memory tasks: small models and budget (seconds; tests, notebooks).",
+)
+@click.option(
+    "--all-lengths",
+    is_flag=True,
+    help="Memory tasks: train every length, also after a cell failed a shorter one.",
+)
 @click.argument(
     "run_dir",
     required=False,
@@ -43,16 +80,15 @@ from rnnkit.errors import RnnkitError
 @click.option(
     "--units",
     type=click.IntRange(min=1),
-    default=128,
-    show_default=True,
-    help="Without RUN_DIR: recurrent units.",
+    help="Without RUN_DIR: recurrent units (default: 128; memory tasks: adding 64, "
+    "copy 128, --quick 32).",
 )
 @click.option(
     "--steps",
     type=click.IntRange(min=0),
-    default=300,
-    show_default=True,
-    help="Training steps (Adam) between the fresh and trained pictures.",
+    help="Training steps (Adam) between the fresh and trained pictures (default: "
+    "300); memory tasks: the budget of each model (default: adding 2000, copy "
+    "3000; --quick 400).",
 )
 @click.option(
     "--window",
@@ -71,9 +107,7 @@ from rnnkit.errors import RnnkitError
 @click.option(
     "--learning-rate",
     type=click.FloatRange(min=0, min_open=True),
-    default=0.002,
-    show_default=True,
-    help="Adam's step size.",
+    help="Adam's step size (default: 0.002; memory tasks 0.01).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
@@ -103,7 +137,26 @@ def diagnose(
     sigma_max(W_hh)^(T-t) bound, sigma_max during training and the global gradient
     norm before and after clipping. Writes CSV and PNG files. Runs on the device at
     hand, whatever device and strategy the run trained with.
+
+    With --task adding,copy: trains fresh cells on the adding problem and the
+    copy-memory task at each of --lengths, with and without clipping (--clip), and
+    writes the test error against each task's baseline, the steps to solve, and
+    ||dL/dh_t|| and sigma_max(W_hh) of the trained models (about 10 minutes on a
+    2-core CPU; --quick: seconds).
     """
+    if options["task"] != "text":
+        _memory_tasks(run_dir, cells, assignments, options)
+        return
+    memory_only = ("lengths", "cell_list", "quick", "all_lengths")
+    given = [name for name in memory_only if options[name]]
+    if given or options["clip"] != "both":
+        flag = "--" + (given[0] if given else "clip").replace("_list", "s")
+        raise click.UsageError(
+            f"{flag.replace('_', '-')} is for the memory tasks: add --task adding,copy"
+        )
+    for name, default in TEXT_DEFAULTS.items():
+        if options[name] is None:
+            options[name] = default
     load_frameworks()
     import keras
 
@@ -151,6 +204,74 @@ def diagnose(
             learning_rate=options["learning_rate"],
             clipnorm=options["clipnorm"],
             seed=seed,
+        )
+    for path in written.values():
+        click.echo(str(path))
+
+
+TEXT_DEFAULTS = {"units": 128, "steps": 300, "learning_rate": 0.002}
+
+
+def _memory_tasks(
+    run_dir: Path | None,
+    cells: tuple[str, ...],
+    assignments: tuple[str, ...],
+    options: dict[str, Any],
+) -> None:
+    """`--task adding,copy`: `rnnkit.diagnostics.memory_report.memory_sweep`."""
+    import dataclasses
+
+    load_frameworks()
+    from rnnkit.diagnostics import memory_report, memory_tasks
+
+    with user_errors():
+        if run_dir is not None or assignments or options["data_path"]:
+            raise RnnkitError(
+                "--task adding/copy trains fresh cells on generated data; leave out "
+                "RUN_DIR, --set and --data"
+            )
+        tasks = memory_tasks.parse_list(options["task"], "--task", memory_tasks.TASKS)
+        known = registry.recurrent_names()
+        names = (
+            memory_tasks.parse_list(options["cell_list"], "--cells", known)
+            if options["cell_list"]
+            else list(cells or memory_tasks.CELLS)
+        )
+        preset = memory_tasks.QUICK if options["quick"] else memory_tasks.DEFAULT
+        lengths = (
+            memory_tasks.parse_lengths(options["lengths"])
+            if options["lengths"]
+            else memory_tasks.QUICK_LENGTHS
+            if options["quick"]
+            else memory_tasks.DEFAULT_LENGTHS
+        )
+        chosen = {
+            "units": options["units"],
+            "steps": options["steps"],
+            "learning_rate": options["learning_rate"],
+        }
+        settings = {
+            task: dataclasses.replace(
+                preset[task],
+                seed=options["seed"],
+                clipnorm=options["clipnorm"] or preset[task].clipnorm,
+                **{key: value for key, value in chosen.items() if value is not None},
+            )
+            for task in tasks
+        }
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        output = options["output"] or Path("runs") / "diagnose" / f"memory-{stamp}"
+        memory_report.check_writable(output)
+        clips = {"both": (True, False), "on": (True,), "off": (False,)}
+        written = memory_report.memory_sweep(
+            tasks,
+            names,
+            lengths,
+            output,
+            settings,
+            clips=clips[options["clip"]],
+            all_lengths=options["all_lengths"],
+            log=click.echo,
         )
     for path in written.values():
         click.echo(str(path))

@@ -26,6 +26,12 @@ Measuring (`rnnkit.diagnostics.gradients`):
 Reporting (`rnnkit.diagnostics.report`): `diagnose_language_model` puts it together
 and writes `diagnostics/*.csv` and `*.png`; `compare_models` trains fresh models first.
 
+Where memory is needed (`rnnkit.diagnostics.memory_tasks`, `memory_report`): the
+adding problem and the copy-memory task, trained per cell and length with and without
+clipping (`rnnkit diagnose --task adding,copy`); the gradient norms are measured on the
+same trained models. A language model needs little long-range memory, so its trained
+gated cells need not keep their gradients; these tasks cannot be solved without.
+
 What `rnnkit diagnose` diagnoses (`rnnkit.diagnostics.language_models`): `text_recipe`
 (the text that fresh cells read), `check_run`, `fresh_and_trained`,
 `fresh_language_models` and `diagnose`. The command loads recipes and runs; these
@@ -48,6 +54,7 @@ from rnnkit.diagnostics.language_models import (
     fresh_language_models,
     text_recipe,
 )
+from rnnkit.diagnostics.memory_report import memory_sweep
 from rnnkit.diagnostics.report import (
     compare_models,
     diagnose_language_model,
@@ -67,6 +74,7 @@ __all__ = [
     "fresh_and_trained",
     "fresh_language_models",
     "language_model_gradient_norms",
+    "memory_sweep",
     "probe_windows",
     "random_batches",
     "spectral_norms",

@@ -1,5 +1,7 @@
 """`rnnkit diagnose`: the command over rnnkit.diagnostics."""
 
+import csv
+
 import pytest
 from click.testing import CliRunner
 
@@ -49,3 +51,49 @@ def test_diagnose_on_too_little_text_is_a_one_line_error(tmp_path, options, expe
 def test_diagnose_refuses_an_unknown_setting(tmp_path):
     result = CliRunner().invoke(main, ["diagnose", "--set", "data.levle=word"])
     assert "unknown config key 'data.levle'" in error_line(result)
+
+
+def test_memory_tasks_quick_lstm_solves_what_the_simple_rnn_cannot(tmp_path):
+    # The issue's "done when": fixed seed, the --quick setting (adding problem, T=20).
+    output = tmp_path / "memory"
+    result = CliRunner().invoke(
+        main,
+        ["diagnose", "--task", "adding", "--quick", "--cells", "simple_rnn,lstm",
+         "--clip", "on", "--output", str(output)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    with open(output / "memory_summary.csv") as file:
+        summary = {row["cell"]: row for row in csv.DictReader(file)}
+    assert summary["lstm"]["longest_solved"] == "20"
+    assert summary["simple_rnn"]["longest_solved"] == ""
+    assert summary["simple_rnn"]["first_not_solved"] == "20"
+    with open(output / "memory_results.csv") as file:
+        results = {row["cell"]: row for row in csv.DictReader(file)}
+    assert float(results["lstm"]["error_vs_baseline"]) <= 0.05
+    assert float(results["simple_rnn"]["error_vs_baseline"]) > 0.5
+    gradients = (output / "memory_gradients.csv").read_text().splitlines()
+    assert len(gradients) == 1 + 2 * 20  # every distance of both models
+    for name in ("memory_errors.png", "memory_gradients.png"):
+        assert (output / name).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (["--task", "adding,copyy"], "--task 'adding,copyy': unknown 'copyy'"),
+        (["--task", "copy", "--cells", "lstm,lstn"], "give a comma-separated list"),
+        (["--task", "copy", "--lengths", "0,10"], "whole numbers of 2 or more"),
+        (["--task", "copy", "--output", "FILE/out"], "choose another --output"),
+    ],
+)
+def test_memory_tasks_bad_input_is_a_one_line_error(tmp_path, options, expected):
+    (tmp_path / "FILE").write_text("a file, not a folder")
+    options = [str(tmp_path / o) if o.startswith("FILE") else o for o in options]
+    result = CliRunner().invoke(main, ["diagnose", "--quick", *options])
+    assert expected in error_line(result)
+
+
+def test_memory_options_without_a_memory_task_are_a_usage_error():
+    result = CliRunner().invoke(main, ["diagnose", "--lengths", "10"])
+    assert result.exit_code == 2
+    assert "--lengths is for the memory tasks: add --task adding,copy" in result.output

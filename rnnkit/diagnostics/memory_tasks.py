@@ -1,0 +1,304 @@
+"""Long-range memory tasks: where the simple RNN fails and the LSTM and GRU succeed.
+
+Two standard synthetic benchmarks, generated with numpy from a seed:
+
+- **adding** (Hochreiter & Schmidhuber 1997, in the form of Le et al. 2015 and Arjovsky
+  et al. 2016): T steps of (value, marker) pairs, values uniform in [0, 1], exactly
+  one marker in the first half and one in the second; the target is the sum of the
+  two marked values, read from the last hidden state. Always predicting 1.0 has mean
+  squared error Var(U1 + U2) = 1/6 (about 0.167).
+- **copy** (Arjovsky et al. 2016, section 4.1): 10 symbols drawn from 8, T - 1
+  blanks, a delimiter, 10 blanks (T + 20 steps, one-hot); the output is T + 10 blanks,
+  then the 10 symbols. Blanks followed by uniform guesses has cross-entropy
+  10 log(8) / (T + 20) per step.
+
+A task is **solved** at a length when the test error is at most `SOLVED_FRACTION` of
+the task's baseline (rnnkit's convention, the same for both tasks: adding MSE <= 0.0083;
+copy about 0.10 nats per recalled symbol). `train_memory_model` trains one fresh
+one-layer model of rnnkit's cells on new batches each step, checks a validation set
+every `check_every` steps and stops once it is solved; the figures and tables of a
+sweep are `rnnkit.diagnostics.memory_report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rnnkit.errors import RnnkitError
+
+TASKS = ("adding", "copy")
+CELLS = ("simple_rnn", "lstm", "gru")
+# Solved: test error at most this share of the baseline's (see the module docstring).
+SOLVED_FRACTION = 0.05
+# Copy task: symbols remembered, the alphabet they come from, blank and delimiter.
+COPY_SYMBOLS, COPY_ALPHABET, COPY_CLASSES = 10, 8, 10
+COPY_BLANK, COPY_DELIMITER = 0, 9
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySettings:
+    """How each model of a sweep is built, trained and measured."""
+
+    units: int = 64
+    steps: int = 2000  # training budget per model (batches)
+    batch_size: int = 64
+    learning_rate: float = 0.01  # Adam
+    clipnorm: float = 1.0  # global norm of the clipped arm
+    check_every: int = 50  # steps between validation checks
+    validation_size: int = 256
+    test_size: int = 1000
+    probe_size: int = 32  # test sequences whose gradient norms are measured
+    seed: int = 0
+
+
+# Per task: the copy task needs a wider layer and more steps to be learned at all
+# (docs/guides/diagnostics.md has the measurements behind these).
+DEFAULT = {
+    "adding": MemorySettings(),
+    "copy": MemorySettings(units=128, steps=3000),
+}
+# Seconds, for tests and notebooks: small models, a small budget, one short length.
+_QUICK = MemorySettings(
+    units=32, steps=400, batch_size=32, learning_rate=0.01, check_every=25,
+    validation_size=128, test_size=256, probe_size=8,
+)  # fmt: skip
+QUICK = {"adding": _QUICK, "copy": _QUICK}
+# T per task when none is given: the copy task is much harder at the same T.
+DEFAULT_LENGTHS = {"adding": (10, 25, 50, 100, 200), "copy": (5, 10, 20)}
+QUICK_LENGTHS = {"adding": (20,), "copy": (5,)}
+
+
+def adding_data(
+    length: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` adding-problem sequences: inputs (count, length, 2), targets (count, 1).
+
+    Channel 0 holds the values, channel 1 the two markers: one at a random step of
+    the first half (length // 2 steps), one of the second.
+    """
+    check_length(length, "adding", minimum=2)
+    half = length // 2
+    values = rng.uniform(0.0, 1.0, size=(count, length))
+    first = rng.integers(0, half, size=count)
+    second = rng.integers(half, length, size=count)
+    markers = np.zeros((count, length))
+    rows = np.arange(count)
+    markers[rows, first] = 1.0
+    markers[rows, second] = 1.0
+    inputs = np.stack([values, markers], axis=-1)  # (count, length, 2)
+    targets = (values[rows, first] + values[rows, second])[:, None]  # (count, 1)
+    return inputs.astype("float32"), targets.astype("float32")
+
+
+def copy_data(
+    delay: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` copy-memory sequences of delay T: one-hot inputs (count, T + 20, 10)
+    and target classes (count, T + 20)."""
+    check_length(delay, "copy")
+    steps = delay + 2 * COPY_SYMBOLS
+    symbols = rng.integers(1, COPY_ALPHABET + 1, size=(count, COPY_SYMBOLS))
+    inputs = np.full((count, steps), COPY_BLANK)
+    inputs[:, :COPY_SYMBOLS] = symbols
+    inputs[:, COPY_SYMBOLS + delay - 1] = COPY_DELIMITER
+    targets = np.full((count, steps), COPY_BLANK)
+    targets[:, -COPY_SYMBOLS:] = symbols
+    one_hot = np.eye(COPY_CLASSES, dtype="float32")[inputs]  # (count, T + 20, 10)
+    return one_hot, targets.astype("int32")
+
+
+def task_data(
+    task: str, length: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    return (adding_data if task == "adding" else copy_data)(length, count, rng)
+
+
+def baseline_error(task: str, length: int) -> float:
+    """The error of the memoryless baseline in closed form: 1/6 (adding, predicting
+    1.0), 10 log(8) / (T + 20) (copy, blanks then uniform guesses)."""
+    if task == "adding":
+        return 1.0 / 6.0
+    return COPY_SYMBOLS * math.log(COPY_ALPHABET) / (length + 2 * COPY_SYMBOLS)
+
+
+def baseline_outputs(task: str, targets: np.ndarray) -> np.ndarray:
+    """What the baseline predicts for `targets`: 1.0 (adding); for copy, logits that
+    give the blank probability 1 on the first T + 10 steps and the 8 symbols 1/8 each
+    on the last 10."""
+    if task == "adding":
+        return np.ones_like(targets, dtype="float64")
+    logits = np.full((*targets.shape, COPY_CLASSES), -np.inf)
+    logits[:, :-COPY_SYMBOLS, COPY_BLANK] = 0.0
+    logits[:, -COPY_SYMBOLS:, 1 : COPY_ALPHABET + 1] = 0.0
+    return logits
+
+
+def task_error(task: str, outputs: np.ndarray, targets: np.ndarray) -> float:
+    """Mean squared error (adding) or mean cross-entropy per step in nats (copy, from
+    logits (count, steps, classes) and classes (count, steps))."""
+    outputs = np.asarray(outputs, dtype="float64")
+    if task == "adding":
+        return float(np.mean((outputs.reshape(targets.shape) - targets) ** 2))
+    shifted = outputs - outputs.max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_probabilities = shifted - np.log(
+            np.exp(shifted).sum(axis=-1, keepdims=True)
+        )
+    chosen = np.take_along_axis(log_probabilities, targets[..., None], axis=-1)
+    return float(-np.mean(chosen))
+
+
+def check_length(length: int, task: str, minimum: int = 1) -> None:
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+        raise ValueError(f"length must be an integer; received {length!r}")
+    if length < minimum:
+        raise ValueError(f"{task} needs length >= {minimum}; received {length}")
+
+
+def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
+    """One recurrent layer of rnnkit's `cell` and a dense read-out: of h_T (adding)
+    or of every h_t (copy, logits over the 10 classes)."""
+    import keras
+
+    from rnnkit.layers import get_recurrent
+
+    steps = length if task == "adding" else length + 2 * COPY_SYMBOLS
+    features = 2 if task == "adding" else COPY_CLASSES
+    recurrent = get_recurrent(cell)(units, return_sequences=task == "copy", name=cell)
+    head = keras.layers.Dense(1 if task == "adding" else COPY_CLASSES, name="head")
+    return keras.Sequential(
+        [keras.Input((steps, features)), recurrent, head], name=f"{task}_{cell}"
+    )
+
+
+def train_memory_model(
+    task: str,
+    cell: str,
+    length: int,
+    settings: MemorySettings | None = None,
+    *,
+    clip: bool = True,
+) -> tuple[Any, dict[str, Any]]:
+    """Trains a fresh model on `task` at `length` until solved or `settings.steps`.
+
+    The weights come from `settings.seed`; the training batches, validation set and
+    test set from (seed, length), so every cell and both clipping arms see the same
+    data. Returns the model and its row: test error, baseline, their ratio, solved,
+    steps to solve (validation check; None when not solved), steps trained, seconds.
+    """
+    import keras
+
+    settings = settings or DEFAULT[task]
+    keras.utils.set_random_seed(settings.seed)
+    model = build_memory_model(task, cell, length, settings.units)
+    optimizer = keras.optimizers.Adam(
+        settings.learning_rate,
+        global_clipnorm=settings.clipnorm if clip else None,
+    )
+    loss = (
+        "mse"
+        if task == "adding"
+        else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    model.compile(optimizer, loss)
+    seeds = [settings.seed, length]
+    batches = np.random.default_rng([*seeds, 0])
+    validation = task_data(
+        task, length, settings.validation_size, np.random.default_rng([*seeds, 1])
+    )
+    test = task_data(
+        task, length, settings.test_size, np.random.default_rng([*seeds, 2])
+    )
+    baseline = baseline_error(task, length)
+    threshold = SOLVED_FRACTION * baseline
+    solved_at, step = None, 0
+    start = time.perf_counter()
+    while step < settings.steps:
+        step += 1
+        model.train_on_batch(*task_data(task, length, settings.batch_size, batches))
+        if step % settings.check_every == 0 or step == settings.steps:
+            outputs = model.predict_on_batch(validation[0])
+            if task_error(task, outputs, validation[1]) <= threshold:
+                solved_at = step
+                break
+    seconds = time.perf_counter() - start
+    error = task_error(task, model.predict_on_batch(test[0]), test[1])
+    row = {
+        "task": task,
+        "cell": cell,
+        "length": length,
+        "clipnorm": settings.clipnorm if clip else 0.0,
+        "test_error": error,
+        "baseline": baseline,
+        "error_vs_baseline": error / baseline,
+        "solved": error <= threshold,
+        "steps_to_solve": solved_at if error <= threshold else None,
+        "steps_trained": step,
+        "seconds": seconds,
+    }
+    return model, row
+
+
+def gradient_probe(
+    model: Any, task: str, length: int, settings: MemorySettings | None = None
+) -> tuple[np.ndarray, float]:
+    """Mean ||dL/dh_t|| over `settings.probe_size` test sequences by distance T - t
+    (index 0: the last step), with L the loss at the last step (adding: the squared
+    error of the sum; copy: the cross-entropy of the last recalled symbol, read 10 + T
+    steps after it was shown), and sigma_max(W_hh) of the trained recurrent kernel."""
+    import tensorflow as tf
+
+    from rnnkit.diagnostics.gradients import spectral_norms, state_gradient_norms
+
+    settings = settings or DEFAULT[task]
+    recurrent, head = model.layers
+    rng = np.random.default_rng([settings.seed, length, 2])
+    inputs, targets = task_data(task, length, settings.probe_size, rng)
+    last_target = targets[:, -1]
+
+    def loss(last_hidden):
+        outputs = head(last_hidden)  # (batch, 1) or (batch, classes)
+        if task == "adding":
+            return tf.reduce_sum(tf.square(outputs[:, 0] - last_target))
+        return tf.reduce_sum(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(last_target, outputs)
+        )
+
+    norms = state_gradient_norms([recurrent.cell], inputs, loss)  # (batch, 1, T)
+    by_distance = norms[:, 0].mean(axis=0)[::-1]
+    sigma = spectral_norms([recurrent])[0]["sigma_max"]
+    return by_distance, sigma
+
+
+def parse_list(value: str, option: str, known: Sequence[str]) -> list[str]:
+    """Comma-separated names of `known` ("lstm,gru"); raises `RnnkitError` naming the
+    option and the valid names otherwise."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise RnnkitError(
+            f"{option} {value!r}: unknown {', '.join(map(repr, unknown)) or 'empty'}; "
+            f"give a comma-separated list of {', '.join(known)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def parse_lengths(value: str) -> list[int]:
+    """Comma-separated lengths ("10,25,50"), each a whole number >= 2 (the adding
+    problem needs a marker in each half); raises `RnnkitError` otherwise."""
+    try:
+        lengths = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 2:
+        raise RnnkitError(
+            f"--lengths {value!r}: give comma-separated whole numbers of 2 or more, "
+            "e.g. --lengths 10,25,50"
+        )
+    return sorted(set(lengths))

@@ -1,0 +1,75 @@
+"""Tests for rnnkit.diagnostics.memory_tasks: the adding and copy-memory data, their
+baselines, and the options of `rnnkit diagnose --task` (trained in tests/cli)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rnnkit.diagnostics import memory_tasks
+from rnnkit.errors import RnnkitError
+
+
+def test_adding_data_marks_one_value_in_each_half_and_sums_them():
+    inputs, targets = memory_tasks.adding_data(9, 500, np.random.default_rng(0))
+    assert inputs.shape == (500, 9, 2) and targets.shape == (500, 1)
+    markers = inputs[:, :, 1]
+    assert np.all(markers[:, :4].sum(axis=1) == 1)  # first half: 9 // 2 steps
+    assert np.all(markers[:, 4:].sum(axis=1) == 1)
+    np.testing.assert_allclose(
+        targets[:, 0], (inputs[:, :, 0] * markers).sum(axis=1), rtol=1e-6
+    )
+
+
+def test_adding_baseline_has_the_closed_form_mse():
+    # Predicting 1.0 for U1 + U2 costs Var(U1 + U2) = 1/6.
+    _, targets = memory_tasks.adding_data(4, 100_000, np.random.default_rng(1))
+    predicted = memory_tasks.baseline_outputs("adding", targets)
+    error = memory_tasks.task_error("adding", predicted, targets)
+    assert error == pytest.approx(1 / 6, abs=3e-3)  # 1/6 +- 5 standard errors
+    assert memory_tasks.baseline_error("adding", 50) == pytest.approx(1 / 6)
+
+
+@pytest.mark.parametrize("delay", [1, 7, 100])
+def test_copy_data_and_its_baseline_cross_entropy(delay):
+    inputs, targets = memory_tasks.copy_data(delay, 64, np.random.default_rng(2))
+    assert inputs.shape == (64, delay + 20, 10) and targets.shape == (64, delay + 20)
+    classes = inputs.argmax(axis=-1)
+    assert np.all(inputs.sum(axis=-1) == 1)  # one-hot
+    assert np.all((classes[:, :10] >= 1) & (classes[:, :10] <= 8))
+    assert np.all(classes[:, delay + 9] == 9)  # the delimiter, after T - 1 blanks
+    assert np.all(np.delete(classes[:, 10:], delay - 1, axis=1) == 0)
+    np.testing.assert_array_equal(targets[:, -10:], classes[:, :10])
+    assert np.all(targets[:, :-10] == 0)
+    # Blanks, then uniform guesses over the 8 symbols: 10 log(8) / (T + 20) per step,
+    # computed on the generated targets (a symbol out of place would make it inf).
+    predicted = memory_tasks.baseline_outputs("copy", targets)
+    expected = 10 * math.log(8) / (delay + 20)
+    assert memory_tasks.task_error("copy", predicted, targets) == pytest.approx(
+        expected, rel=1e-12
+    )
+    assert memory_tasks.baseline_error("copy", delay) == pytest.approx(expected)
+
+
+def test_task_error_of_a_perfect_copy_is_near_zero():
+    _, targets = memory_tasks.copy_data(5, 8, np.random.default_rng(3))
+    logits = 50.0 * np.eye(10)[targets]
+    assert memory_tasks.task_error("copy", logits, targets) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("10,0", "whole numbers of 2 or more"), ("ten", "e.g. --lengths 10,25,50")],
+)
+def test_bad_lengths_name_the_fix(value, message):
+    with pytest.raises(RnnkitError, match=message):
+        memory_tasks.parse_lengths(value)
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(RnnkitError, match="unknown 'copyy'.*adding, copy"):
+        memory_tasks.parse_list("adding,copyy", "--task", memory_tasks.TASKS)
+    assert memory_tasks.parse_list("copy, adding", "--task", memory_tasks.TASKS) == [
+        "copy",
+        "adding",
+    ]
