@@ -296,9 +296,15 @@ class TransformerDecoderBlock(_transformer.TransformerBlock):
         if encoder_outputs is not None:
             if not self.use_cross_attention:
                 raise ValueError(self._cross_attention_error(given=True))
+            # Outside `__call__` no autocast scope casts the weights: project in
+            # the weights' dtype, keep the result in the compute dtype.
             cross_key, cross_value = self.cross_attention.project_key_value(
-                ops.convert_to_tensor(encoder_outputs, dtype)
+                ops.cast(encoder_outputs, self.variable_dtype)
             )  # (batch, heads, S, key_dim) each
+            cross_key, cross_value = (
+                ops.cast(cross_key, dtype),
+                ops.cast(cross_value, dtype),
+            )
             cache.update({"cross_key": cross_key, "cross_value": cross_value})
         return cache
 
