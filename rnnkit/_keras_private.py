@@ -10,6 +10,9 @@ an `AttributeError` deep inside a layer call.
   `unroll`), which rnnkit's generic loop and decoder also run through.
 - `backend.lstm`, `backend.gru`: the fused cuDNN kernels with Keras' weight layout.
 - `backend.cudnn_ok`: whether a GPU and an activation pair allow those kernels.
+- `backend.get_keras_mask`: the Keras mask a tensor carries (e.g. from
+  `Embedding(mask_zero=True)`), which the Transformer blocks read when no padding
+  mask is given, as keras-hub's blocks do.
 - `DropoutRNNCell`: the mix-in that `keras.layers.RNN` recognises to refresh a cell's
   per-sequence dropout masks.
 - `LossFunctionWrapper`: a loss given by name ("mse") as a `Loss` whose reduction the
@@ -62,6 +65,9 @@ SYMBOLS = (
     # The layer calls in progress: how a recurrent layer learns that it is one
     # direction of a Bidirectional (rnnkit/layers/_batch_shards.py).
     ("keras.src.backend.common.global_state", "get_global_attribute"),
+    # The Keras mask a tensor carries, read by the Transformer blocks when the
+    # caller gives no padding mask (rnnkit/layers/_transformer.py).
+    ("keras.src.backend", "get_keras_mask"),
     ("keras.src.optimizers.base_optimizer", "BaseOptimizer._get_variable_index"),
     ("keras.src.optimizers.base_optimizer", "BaseOptimizer._var_key"),
     ("keras.src.layers.layer", "Layer._flatten_layers"),
@@ -111,6 +117,7 @@ LossFunctionWrapper: type = resolve("keras.src.losses.losses", "LossFunctionWrap
 get_global_attribute = resolve(
     "keras.src.backend.common.global_state", "get_global_attribute"
 )
+get_keras_mask = resolve("keras.src.backend", "get_keras_mask")
 
 
 def _attribute(owner: Any, name: str, where: str) -> Any:
@@ -202,6 +209,7 @@ __all__ = [
     "backend",
     "clear_initial_epoch",
     "get_global_attribute",
+    "get_keras_mask",
     "initial_epoch",
     "limit_cluster_registration",
     "nested_layers",

@@ -1,6 +1,7 @@
-"""Recurrent and attention layers written from the textbook equations.
+"""Recurrent and attention layers and Transformer blocks, from the textbook equations.
 
-Every layer is weight-compatible with the Keras built-in of the same name and is
+Every layer is weight-compatible with the Keras built-in of the same name, if there
+is one (the Transformer blocks match keras-hub's sublayer by sublayer), and is
 registered for `.keras` serialization under the package name "rnnkit". A new
 recurrent cell subclasses `RecurrentCell` and `RecurrentLayer` and registers its
 layer by name (`register_recurrent`, or an entry point): docs/guides/own-cell.md.
@@ -15,3 +16,4 @@ from rnnkit.layers.positional_encoding import PositionalEncoding
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 from rnnkit.layers.registry import get_recurrent, get_recurrent_cell, register_recurrent
 from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell
+from rnnkit.layers.transformer import TransformerDecoderBlock, TransformerEncoderBlock

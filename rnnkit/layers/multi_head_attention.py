@@ -38,6 +38,10 @@ class MultiHeadAttention(keras.layers.Layer):
     mask), and a padded query's weights are always zero (Keras' fused path, taken
     when no scores are returned, gives it uniform weights instead).
 
+    `call` is `project_key_value` (K_h and V_h of every head) followed by
+    `attend`; a decoder that caches K and V, such as `TransformerDecoderBlock`,
+    calls the two itself.
+
     Args:
         num_heads: int, the number of heads r.
         key_dim: int, the size of each head's query and key projection.
@@ -215,23 +219,77 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask,
             use_causal_mask,
         )
+        projected_key, projected_value = self.project_key_value(value, key)
+        return self.attend(
+            query,
+            projected_key,
+            projected_value,
+            mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+
+    def project_key_value(self, value, key=None):
+        """K_h and V_h of every head, heads first, for `attend`.
+
+        What a decoder computes once per source sentence (cross-attention) or
+        once per new token and keeps in its cache (self-attention).
+
+        Args:
+            value: (batch, Tv, value_in_dim).
+            key: (batch, Tv, key_in_dim); defaults to `value`.
+
+        Returns:
+            The pair (K, V): (batch, heads, Tv, key_dim), (batch, heads, Tv,
+            value_dim).
+        """
+        key = value if key is None else key
+        projected_key = self._project(key, self.key_kernel, self.key_bias)
+        projected_value = self._project(value, self.value_kernel, self.value_bias)
+        return projected_key, projected_value
+
+    def attend(
+        self,
+        query,
+        projected_key,
+        projected_value,
+        mask=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        """Attention of `query` over keys and values already projected.
+
+        `call` is `project_key_value` followed by this; a decoder that caches K and
+        V calls it directly. The layer must be built.
+
+        Args:
+            query: (batch, Tq, query_dim), not yet projected.
+            projected_key: (batch, heads, Tv, key_dim), from `project_key_value`.
+            projected_value: (batch, heads, Tv, value_dim).
+            mask: bool, broadcastable to (batch, Tq, Tv), or None: which query may
+                see which key (True: may attend).
+            return_attention_scores: bool, default False.
+            training: bool; dropout is applied only when True.
+
+        Returns:
+            As `call`.
+        """
         if mask is not None:
             mask = ops.expand_dims(mask, 1)  # (batch, 1, Tq, Tv): same for all heads
-
         query = self._project(query, self.query_kernel, self.query_bias)
-        key = self._project(key, self.key_kernel, self.key_bias)
-        value = self._project(value, self.value_kernel, self.value_bias)
         # Scaling the query instead of the scores: Tq * key_dim products per head,
         # not Tq * Tv.
         query = query * ops.cast(1.0 / math.sqrt(self.key_dim), query.dtype)
-        scores = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (batch, heads, Tq, Tv)
+        scores = ops.matmul(
+            query, ops.swapaxes(projected_key, -1, -2)
+        )  # (batch, heads, Tq, Tv)
         weights = _attention.masked_softmax(scores, mask)  # (batch, heads, Tq, Tv)
         kept_weights = weights
         if training and self.dropout:
             kept_weights = keras.random.dropout(
                 weights, self.dropout, seed=self.seed_generator
             )
-        heads = ops.matmul(kept_weights, value)  # (batch, heads, Tq, value_dim)
+        heads = ops.matmul(kept_weights, projected_value)  # (batch, heads, Tq, v_dim)
         # concat(head_1..head_r) W^O, without materialising the concatenation.
         output = ops.einsum(
             "bhtv,hvo->bto", heads, self.output_kernel

@@ -14,6 +14,7 @@ MODULES = [
     "rnnkit.layers.dot_product_attention",
     "rnnkit.layers.multi_head_attention",
     "rnnkit.layers.positional_encoding",
+    "rnnkit.layers.transformer",
 ]
 
 
