@@ -73,7 +73,14 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       `rnnkit.layers._bptt.run`. Without them a training call differentiates the
       loop automatically.
 
-    Under mixed precision the gates run in float16, the carried states in float32.
+    Precision: under a mixed policy (`mixed_bfloat16`, `mixed_float16`) the matrix
+    products and gates run in the compute dtype (bfloat16 or float16), while the
+    carried states (h, and the LSTM's cell c) accumulate in float32 (`STATE_DTYPE`):
+    a state is the running sum of every step's small update, and with 8 (bfloat16)
+    or 11 (float16) significant bits an update below 1/256 or 1/2048 of the state
+    would be rounded away, so the state would drift over long sequences. Each step
+    rounds the state once to the compute dtype for its products; the layer's outputs
+    are in the compute dtype. The weights stay float32 variables.
 
     Args:
         units: Positive integer, the size of the state.

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, RecurrentCell, RecurrentLayer, SimpleRNN
+from tests.layers.recurrent_checks import check_reloads_in_fresh_process
 
 COMMON = (
     "units",
@@ -66,3 +67,33 @@ def test_a_cell_keeps_the_keras_cell_contract(layer_cls):
     assert [tuple(state.shape) for state in states] == [(3, 4)] * len(sizes)
     outputs = keras.layers.RNN(cell, return_sequences=True)(np.ones((3, 5, 2)))
     assert tuple(outputs.shape) == (3, 5, 4)
+
+
+@pytest.mark.parametrize(
+    ("saved_under", "loaded_under"),
+    [("mixed_bfloat16", "float32"), ("mixed_float16", "mixed_bfloat16")],
+)
+def test_a_mixed_precision_model_reloads_in_a_fresh_process(
+    saved_under, loaded_under, tmp_path
+):
+    """A model of the three layers built under a mixed policy keeps it when it is
+    reloaded in a fresh process under another global policy: same outputs."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(saved_under)
+    try:
+        model = keras.Sequential(
+            [
+                keras.Input((None, 3)),
+                LSTM(4, return_sequences=True),
+                GRU(4, return_sequences=True),
+                SimpleRNN(4),
+                keras.layers.Dense(1, dtype="float32"),
+            ]
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert model.layers[0].compute_dtype == saved_under.removeprefix("mixed_")
+    inputs = np.random.RandomState(0).randn(2, 5, 3).astype("float32")
+    check_reloads_in_fresh_process(
+        model, inputs, tmp_path / "mixed.keras", policy=loaded_under
+    )
