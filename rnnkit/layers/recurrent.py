@@ -80,7 +80,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     or 11 (float16) significant bits an update below 1/256 or 1/2048 of the state
     would be rounded away, so the state would drift over long sequences. Each step
     rounds the state once to the compute dtype for its products; the layer's outputs
-    are in the compute dtype. The weights stay float32 variables.
+    are in the compute dtype. The weights stay float32 variables. On TensorFlow
+    with no GPU visible, a layer under mixed_bfloat16 gives its cell the float32
+    policy: the loop then computes in float32 throughout, its inputs and outputs
+    cast once per sequence, which was faster there than the loop in bfloat16
+    (docs/performance.md, "Mixed precision on a CPU").
 
     Args:
         units: Positive integer, the size of the state.
@@ -425,6 +429,10 @@ class RecurrentLayer(keras.layers.RNN):
         self.execution_path = "not run yet"
         if _kernels.blocks_model_jit():
             self.supports_jit = False
+        if _kernels.loop_in_float32(self):
+            # The cell computes in float32: its weights are float32 variables
+            # under the policy anyway, so nothing saved changes.
+            self.cell.dtype_policy = "float32"
 
     def _cudnn_blockers(self, training) -> list[str]:
         """Reasons this configuration cannot use the fused kernel (empty: it can)."""
@@ -454,6 +462,10 @@ class RecurrentLayer(keras.layers.RNN):
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
+        # Once per sequence, not per step: the cell may compute in float32 under a
+        # bfloat16 policy (`_kernels.loop_in_float32`); `call` casts the results
+        # back to the layer's compute dtype.
+        sequences = ops.cast(sequences, self.cell.compute_dtype)
         generic_path, generic_loop = _loops.generic_path(
             self, sequences, initial_state, mask, training
         )

@@ -340,5 +340,13 @@ def test_mixed_precision_runs_in_float16():
     assert np.all(weights[np.broadcast_to(~value_mask[:, None], weights.shape)] == 0)
 
 
+@pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
+def test_mixed_precision_outputs_and_gradients_match_float32(policy):
+    data = inputs(15)
+    checks.check_mixed_precision(
+        lambda: built_layer(seed=4), data, policy, value_mask=checks.padding_mask()
+    )
+
+
 def test_docstring_example():
     checks.check_docstring_examples(bahdanau_attention)
