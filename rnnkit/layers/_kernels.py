@@ -55,7 +55,8 @@ def cudnn_mask_blocker(mask) -> str | None:
 
 
 def loop_in_float32(layer) -> bool:
-    """Whether `layer`'s cell computes in float32 although the layer's policy is
+    """Whether `layer`'s time loop (a recurrent layer's cell, the Bahdanau layer's
+    per-query loop) computes in float32 although the layer's policy is
     mixed_bfloat16: on TensorFlow with no GPU visible. There the bfloat16 loop was
     slower than the float32 one (XLA's CPU backend has no fast bfloat16 matmul, and
     the hand-written backward pass runs in float32 only), while the float32 loop

@@ -335,6 +335,10 @@ class RecurrentLayer(keras.layers.RNN):
 
     `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
+    Under a mixed policy the outputs are in the compute dtype (bfloat16 or float16)
+    and the recurrent state accumulates in float32; on a TensorFlow CPU the loop of
+    a `mixed_bfloat16` layer computes in float32 (`RecurrentCell`, "Precision").
+
     A subclass sets `cell_class` (for `rnnkit.layers.get_recurrent`), passes its
     cell, and may implement the kernel hooks `_cudnn_blockers`, `_run_cudnn`,
     `_torch_kernel`, `_torch_weights`, `_fused_activations` (`_kernels`).
