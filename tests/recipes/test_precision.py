@@ -101,6 +101,17 @@ def test_the_older_switch_is_mixed_float16_and_conflicts_are_one_line():
         "--precision", "mixed_float16", "--dry-run",
     )  # fmt: skip
     assert same.exit_code == 0, same.output
+    tune = invoke(
+        "tune", "stock", "--config", smoke, "--precision", "mixed_bfloat16",
+        "--dry-run",
+    )  # fmt: skip
+    assert tune.exit_code == 0, tune.output
+    assert 'precision = "mixed_bfloat16"' in tune.output
+    tune_both = invoke(
+        "tune", "stock", "--config", smoke, "--mixed-precision",
+        "--precision", "mixed_bfloat16", "--dry-run",
+    )  # fmt: skip
+    assert "train.precision=mixed_bfloat16" in error_line(tune_both)
 
 
 def test_an_old_run_directorys_config_still_loads(tmp_path):
