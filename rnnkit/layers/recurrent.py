@@ -466,10 +466,6 @@ class RecurrentLayer(keras.layers.RNN):
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        # Once per sequence, not per step: the cell may compute in float32 under a
-        # bfloat16 policy (`_kernels.loop_in_float32`); `call` casts the results
-        # back to the layer's compute dtype.
-        sequences = ops.cast(sequences, self.cell.compute_dtype)
         generic_path, generic_loop = _loops.generic_path(
             self, sequences, initial_state, mask, training
         )
@@ -496,6 +492,11 @@ class RecurrentLayer(keras.layers.RNN):
         return generic_loop()
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
+        # Once per sequence, not per step, and before Keras draws the dropout masks
+        # from it: the cell may compute in float32 under a bfloat16 policy
+        # (`_kernels.loop_in_float32`); Keras' `RNN.call` casts the results back to
+        # the layer's compute dtype.
+        sequences = ops.cast(sequences, self.cell.compute_dtype)
         return super().call(
             sequences, mask=mask, training=training, initial_state=initial_state
         )

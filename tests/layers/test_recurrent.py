@@ -113,7 +113,7 @@ def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
     previous = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy("mixed_bfloat16")
-        layer = layer_cls(4)
+        layer = layer_cls(4, dropout=0.25, seed=1)  # input dropout: a mask in float32
         keras.config.set_dtype_policy("mixed_float16")
         float16_layer = layer_cls(4)
     finally:
