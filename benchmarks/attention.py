@@ -26,9 +26,15 @@ intermediate tensor of the Bahdanau score computation is printed next to it.
 (`model.compile(jit_compile=True)`), the fairest baseline for the Bahdanau layer,
 whose per-query loop XLA compiles by default on TensorFlow.
 
+`--precision mixed_bfloat16` (or mixed_float16) builds both models under that dtype
+policy and adds both in float32 to the same interleaved rounds: a line under each row
+gives their float32 seconds and each one's speed under the policy over its float32
+speed (peak memory is measured under the policy too).
+
     python benchmarks/attention.py
     python benchmarks/attention.py --rounds 3 --skip-memory
     python benchmarks/attention.py --rounds 3 --skip-memory --jit-compile
+    python benchmarks/attention.py --rounds 3 --skip-memory --precision mixed_bfloat16
 """
 
 from __future__ import annotations
@@ -130,6 +136,17 @@ BENCHMARKS = {
 
 # `--jit-compile`: compile both models' whole steps with XLA (Keras' `jit_compile`).
 JIT_COMPILE = "auto"  # Keras' default: XLA on JAX, not on TensorFlow's CPU
+PRECISION = "float32"  # `--precision`: the dtype policy the models are built under
+
+
+def models_under(name, precision):
+    """BENCHMARKS[name]'s models built under the dtype policy `precision`."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        return BENCHMARKS[name][0]()
+    finally:
+        keras.config.set_dtype_policy(previous)
 
 
 def compile_for_benchmark(model):
@@ -153,11 +170,24 @@ def time_interleaved(name, rounds, seconds_per_round=0.5):
     for the slower implementation to take about `seconds_per_round`, so that short
     steps are not drowned in timer and scheduling noise.
     """
-    ours, baseline, x, y = BENCHMARKS[name][0]()
+    ours, baseline, x, y = models_under(name, PRECISION)
     difference = float(
-        np.max(np.abs(ours.predict_on_batch(x) - baseline.predict_on_batch(x)))
+        np.max(
+            np.abs(
+                ops.convert_to_numpy(ops.cast(ours.predict_on_batch(x), "float32"))
+                - ops.convert_to_numpy(
+                    ops.cast(baseline.predict_on_batch(x), "float32")
+                )
+            )
+        )
     )
     models = {"rnnkit": ours, "baseline": baseline}
+    if PRECISION != "float32":
+        ours_float32, baseline_float32, _, _ = models_under(name, "float32")
+        ours_float32.set_weights(ours.get_weights())
+        baseline_float32.set_weights(baseline.get_weights())
+        models["rnnkit float32"] = ours_float32
+        models["baseline float32"] = baseline_float32
     for model in models.values():
         compile_for_benchmark(model)
         for step in steps(model, x, y).values():  # trace and warm up
@@ -201,7 +231,7 @@ def measure_peak_memory(name, impl, mode):
     only a later step would miss buffers that TensorFlow keeps from the first one
     and reuses.
     """
-    ours, baseline, x, y = BENCHMARKS[name][0]()
+    ours, baseline, x, y = models_under(name, PRECISION)
     model = ours if impl == "rnnkit" else baseline
     compile_for_benchmark(model)
     step = steps(model, x, y)[mode]
@@ -236,6 +266,8 @@ def peak_memories():
                     "--memory-of",
                     *job,
                     *(["--jit-compile"] if JIT_COMPILE is True else []),
+                    "--precision",
+                    PRECISION,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -271,10 +303,18 @@ def main():
         action="store_true",
         help="Compile every model's whole step with XLA (jit_compile=True).",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+        default="float32",
+        help="Dtype policy of the compared models; a mixed one adds both in float32 "
+        "(a line under each row: the policy's speed over float32).",
+    )
     parser.add_argument("--memory-of", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global JIT_COMPILE
+    global JIT_COMPILE, PRECISION
     JIT_COMPILE = True if args.jit_compile else "auto"
+    PRECISION = args.precision
     if args.memory_of:
         measure_peak_memory(*args.memory_of)
         return
@@ -283,7 +323,7 @@ def main():
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"{os.cpu_count()} CPU cores, {args.rounds} interleaved rounds of about "
         "0.5 s per implementation and mode, median seconds per step, "
-        f"whole steps XLA-compiled: {JIT_COMPILE}"
+        f"whole steps XLA-compiled: {JIT_COMPILE}, dtype policy {PRECISION}"
     )
     print(f"CPU: {cpu_line()}")
     print(f"multi-head: {MHA}; bahdanau: {BAHDANAU}")
@@ -316,6 +356,14 @@ def main():
                 f"{theirs:>10.3f} {theirs / ours:>5.2f}x | {peaks[0]:>15} "
                 f"{peaks[1]:>8} | {largest:>24}"
             )
+            if PRECISION != "float32":
+                ours32 = timings["rnnkit float32", mode]
+                theirs32 = timings["baseline float32", mode]
+                print(
+                    f"{'':10} {'  float32':32} {mode:5} | {ours32:>9.3f} "
+                    f"{theirs32:>10.3f} | {PRECISION} over float32: rnnkit "
+                    f"{ours32 / ours:.2f}x, baseline {theirs32 / theirs:.2f}x"
+                )
         print(f"{'':10} same weights, max abs output difference {difference:.1e}")
         if path:
             print(f"{'':10} rnnkit path: {path}")

@@ -20,7 +20,12 @@ is not static; on the PyTorch backend `use_cudnn=False`, the layer's own loop in
 of PyTorch's kernel) on a line of its own under each row, interleaved in the same
 rounds; `--shards 1,4` likewise adds it with `batch_shards=1` (the whole batch in
 one loop, not one loop per core) and with 4. `--bidirectional` wraps every layer in
-`keras.layers.Bidirectional`.
+`keras.layers.Bidirectional`. `--precision mixed_bfloat16` (or mixed_float16) builds
+rnnkit's and Keras' layers under that dtype policy (the Dense head in float32) and
+adds both in float32 on a line under each row, interleaved in the same rounds: the
+row's ratio is then rnnkit over Keras under the policy, the line's ratios each
+layer's speed under the policy over its own float32 speed; `--float32-layer` adds
+rnnkit's layer with `dtype="float32"` inside the mixed model.
 
     python benchmarks/recurrent.py                 # the issue's four configurations
     python benchmarks/recurrent.py --rounds 3 --configs 100x256
@@ -28,6 +33,7 @@ one loop, not one loop per core) and with 4. `--bidirectional` wraps every layer
     python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
     python benchmarks/recurrent.py --shards 1      # and rnnkit in one loop
     python benchmarks/recurrent.py --batch 16 --shards 1   # at another batch size
+    python benchmarks/recurrent.py --precision mixed_bfloat16  # and against float32
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -101,13 +107,24 @@ def torch_model(family, units):
     return train, infer
 
 
-def build(layer, bidirectional=False):
-    if bidirectional:
-        layer = keras.layers.Bidirectional(layer)
-    model = keras.Sequential(
-        [keras.Input((None, FEATURES)), layer, keras.layers.Dense(1)]
-    )
-    model.compile(optimizer="adam", loss="mse")
+def build(make_layer, bidirectional=False, precision="float32"):
+    """layer -> Dense(1) under the dtype policy `precision` (the head in float32)."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        layer = make_layer()
+        if bidirectional:
+            layer = keras.layers.Bidirectional(layer)
+        model = keras.Sequential(
+            [
+                keras.Input((None, FEATURES)),
+                layer,
+                keras.layers.Dense(1, dtype="float32"),
+            ]
+        )
+        model.compile(optimizer="adam", loss="mse")
+    finally:
+        keras.config.set_dtype_policy(previous)
     return model
 
 
@@ -133,6 +150,8 @@ def variants(args):
         chosen.append(("uncompiled", without_fusion()))
     for count in args.shards:
         chosen.append((f"shards={count}", {"batch_shards": count}))
+    if args.float32_layer:
+        chosen.append(("float32 layer", {"dtype": "float32"}))
     return chosen
 
 
@@ -151,18 +170,30 @@ def run_config(
     with_torch,
     extra=(),
     bidirectional=False,
+    precision="float32",
 ):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, steps_in_time, FEATURES), dtype=np.float32)
     y = rng.standard_normal((BATCH, 1), dtype=np.float32)
-    builtin = build(getattr(keras.layers, family)(units), bidirectional)
-    ours = build(getattr(rnnkit.layers, family)(units), bidirectional)
+    keras_layer = getattr(keras.layers, family)
+    rnnkit_layer = getattr(rnnkit.layers, family)
+    builtin = build(lambda: keras_layer(units), bidirectional, precision)
+    ours = build(lambda: rnnkit_layer(units), bidirectional, precision)
     ours.set_weights(builtin.get_weights())
     models = [("rnnkit", ours), ("keras", builtin)]
     for label, options in extra:
-        variant = build(getattr(rnnkit.layers, family)(units, **options), bidirectional)
+        variant = build(
+            lambda options=options: rnnkit_layer(units, **options),
+            bidirectional,
+            precision,
+        )
         variant.set_weights(builtin.get_weights())
         models.append((label, variant))
+    if precision != "float32":
+        for name, make_layer in (("rnnkit", rnnkit_layer), ("keras", keras_layer)):
+            reference = build(lambda make=make_layer: make(units), bidirectional)
+            reference.set_weights(builtin.get_weights())
+            models.append((f"{name} float32", reference))
     # name -> (training step, inference step)
     steps = {
         name: (
@@ -229,6 +260,20 @@ def main():
         help="Comma-separated counts: add rnnkit's layer with batch_shards=N (1: "
         "one loop for the whole batch) on a line under each row for each.",
     )
+    parser.add_argument(
+        "--float32-layer",
+        action="store_true",
+        help="With --precision: add rnnkit's layer with dtype='float32' in the mixed "
+        "model (its loop in float32, between bfloat16/float16 neighbours) on a line "
+        "under each row.",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+        default="float32",
+        help="Dtype policy of the compared layers; a mixed one adds rnnkit and Keras "
+        "in float32 on a line under each row (ratios: policy over float32).",
+    )
     args = parser.parse_args()
     BATCH = args.batch
     if args.bidirectional and args.torch:
@@ -242,7 +287,8 @@ def main():
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
-        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps"
+        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps, "
+        f"dtype policy {args.precision}"
         + (f", torch {__import__('torch').__version__}" if args.torch else "")
     )
     header = (
@@ -267,6 +313,7 @@ def main():
                 args.torch,
                 variants(args),
                 args.bidirectional,
+                args.precision,
             )
             train = rates["rnnkit", "train"] / rates["keras", "train"]
             infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
@@ -298,6 +345,22 @@ def main():
                     f"{rates[name, 'train'] / rates['keras', 'train']:>5.2f}x "
                     f"{'':>8} {'':>7} | {rates[name, 'infer']:>18.1f} {'':>8} "
                     f"{rates[name, 'infer'] / rates['keras', 'infer']:>5.2f}x",
+                    flush=True,
+                )
+            if args.precision != "float32":
+                speedups = ", ".join(
+                    f"{name} {kind} "
+                    f"{rates[name, kind] / rates[f'{name} float32', kind]:.2f}x"
+                    for name in ("rnnkit", "keras")
+                    for kind in ("train", "infer")
+                )
+                print(
+                    f"{'  float32':18}| "
+                    f"{rates['rnnkit float32', 'train']:>18.1f} "
+                    f"{rates['keras float32', 'train']:>8.1f} | "
+                    f"{rates['rnnkit float32', 'infer']:>18.1f} "
+                    f"{rates['keras float32', 'infer']:>8.1f} | "
+                    f"{args.precision} over float32: {speedups}",
                     flush=True,
                 )
             path_notes.update(paths.items())

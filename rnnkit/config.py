@@ -73,6 +73,8 @@ __all__ = [
 ]
 
 SECTIONS = ("data", "model", "train", "evaluation")
+# Keras dtype policies a run may compute under (train.precision).
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 ConfigT = TypeVar("ConfigT", bound="RecipeConfig")
 
 
@@ -235,8 +237,15 @@ class TrainConfig:
         help="Where to train: auto (GPU if present), cpu, or gpu.",
         choices=("auto", "cpu", "gpu"),
     )
+    precision: str = field(
+        "float32",
+        help="The Keras dtype policy: float32, or float32 weights computing in "
+        "bfloat16 (mixed_bfloat16) or float16 (mixed_float16, with loss scaling).",
+        choices=PRECISIONS,
+    )
     mixed_precision: bool = field(
-        False, help="Compute in float16 with float32 weights (mixed_float16 policy)."
+        False,
+        help="The older switch: true is a shortcut for train.precision=mixed_float16.",
     )
     strategy: str = field(
         "auto",
@@ -257,6 +266,27 @@ class TrainConfig:
         help="GPUs for strategy=mirrored, e.g. --set train.devices=gpu:0,gpu:1. "
         "Empty: all visible GPUs.",
     )
+
+    def dtype_policy(self) -> str:
+        """The Keras dtype policy these settings ask for: `precision`, or
+        mixed_float16 from the older `mixed_precision = true`.
+
+        Example:
+        >>> TrainConfig(mixed_precision=True).dtype_policy()
+        'mixed_float16'
+        >>> TrainConfig(precision="mixed_bfloat16", mixed_precision=True).dtype_policy()
+        Traceback (most recent call last):
+        ...
+        rnnkit.errors.ConfigError: train.mixed_precision=true means ...
+        """
+        if not self.mixed_precision or self.precision == "mixed_float16":
+            return self.precision
+        if self.precision == "float32":
+            return "mixed_float16"
+        raise ConfigError(
+            "train.mixed_precision=true means train.precision=mixed_float16, but "
+            f"train.precision={self.precision}; set only train.precision"
+        )
 
 
 @dataclasses.dataclass

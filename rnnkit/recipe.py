@@ -57,8 +57,10 @@ The methods
   in safe mode. Put preprocessing that prediction needs inside the model
   where Keras has a layer for it (`Normalization`, `TextVectorization`, ...), so that
   `model.keras` alone is enough to predict. Read `config.train.learning_rate` for the
-  optimizer. Under `train.mixed_precision` the global policy is already `mixed_float16`
-  when this is called: give the output layer `dtype="float32"`.
+  optimizer. Under a mixed `train.precision` the global policy is already
+  `mixed_bfloat16` or `mixed_float16` when this is called: give the output layer
+  `dtype="float32"` (outputs, softmax, losses and metrics stay float32), and let
+  `compile` wrap the optimizer for loss scaling under mixed_float16 (Keras does).
 - `search_space(hp, config) -> config`: a new config whose values come from the Keras
   Tuner `hp` object, for example
   `config.with_values({"model.units": hp.Int("units", 16, 128)})`.
@@ -229,6 +231,7 @@ class Recipe:
     def check_config(self, config: RecipeConfig) -> None:
         """Raises ConfigError for values that cannot work together (optional hook;
         call `super().check_config(config)` first)."""
+        config.train.dtype_policy()  # train.precision against the older switch
         if config.evaluation.folds > 0 and not self.backtests:
             raise ConfigError(
                 f"evaluation.folds={config.evaluation.folds}: recipe {self.name!r} "

@@ -2,7 +2,8 @@
 
 Every field of the recipe's `Config` dataclass becomes an option (`--model.units 64`)
 with the field's help text, beside `--config FILE`, `--set key=value` and the
-shortcuts `--epochs`, `--seed`, `--device`, `--mixed-precision`; precedence is
+shortcuts `--epochs`, `--seed`, `--device`, `--precision` (and the older
+`--mixed-precision`, for mixed_float16); precedence is
 defaults < config file < command line (`rnnkit.config.resolve`). `RecipeGroup` makes
 one such command per installed recipe, loading a recipe only when it is named.
 """
@@ -86,9 +87,15 @@ def config_params() -> list[click.Option]:
             help="Shortcut for train.device.",
         ),
         click.Option(
+            ["--precision"],
+            type=click.Choice(config_lib.PRECISIONS),
+            help="Shortcut for train.precision.",
+        ),
+        click.Option(
             ["--mixed-precision/--no-mixed-precision"],
             default=None,
-            help="Shortcut for train.mixed_precision.",
+            help="Shortcut for train.mixed_precision (the older switch: "
+            "--precision mixed_float16).",
         ),
     ]
 
@@ -102,6 +109,7 @@ def resolve_config(recipe: Recipe, params: dict[str, Any]) -> config_lib.RecipeC
         "train.epochs": params["epochs"],
         "train.seed": params["seed"],
         "train.device": params["device"],
+        "train.precision": params["precision"],
         "train.mixed_precision": params["mixed_precision"],
     }
     overrides.update({k: v for k, v in shortcuts.items() if v is not None})
@@ -112,7 +120,14 @@ def given_config_params(params: dict[str, Any]) -> list[str]:
     """The config options given on the command line, as the user spelled them."""
     given = [
         f"--{name.replace('_', '-')}"
-        for name in ("config_file", "epochs", "seed", "device", "mixed_precision")
+        for name in (
+            "config_file",
+            "epochs",
+            "seed",
+            "device",
+            "precision",
+            "mixed_precision",
+        )
         if params[name] is not None
     ]
     if params["assignments"]:

@@ -54,6 +54,26 @@ def cudnn_mask_blocker(mask) -> str | None:
     return "left-padded mask"
 
 
+def loop_in_float32(layer) -> bool:
+    """Whether `layer`'s time loop (a recurrent layer's cell, the Bahdanau layer's
+    per-query loop) computes in float32 although the layer's policy is
+    mixed_bfloat16: on TensorFlow with no GPU visible. There the bfloat16 loop was
+    slower than the float32 one (XLA's CPU backend has no fast bfloat16 matmul, and
+    the hand-written backward pass runs in float32 only), while the float32 loop
+    between bfloat16 neighbours runs at float32 speed, its inputs and outputs cast
+    once per sequence: docs/performance.md, "Mixed precision on a CPU"."""
+    policy = layer.dtype_policy
+    if (
+        keras.backend.backend() != "tensorflow"
+        or policy.compute_dtype != "bfloat16"
+        or policy.variable_dtype != "float32"
+    ):
+        return False
+    import tensorflow as tf
+
+    return not tf.config.get_visible_devices("GPU")
+
+
 def fused_blockers(layer, cudnn: bool = True) -> list[str]:
     """Reasons no fused kernel can run `layer`: cuDNN on TensorFlow (a GPU visible;
     `cudnn=False` for a cell cuDNN has no kernel for), PyTorch's own kernels on

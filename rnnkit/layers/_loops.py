@@ -93,6 +93,11 @@ def generic_path(layer, sequences, initial_state, mask, training):
     )
     path = (
         "generic loop"
+        + (
+            f", in {layer.cell.compute_dtype} under {layer.dtype_policy.name}"
+            if layer.cell.compute_dtype != layer.compute_dtype
+            else ""
+        )
         + (", XLA-compiled" if compiled else "")
         + bptt
         + (f", batch in {shards} shards side by side" if shards > 1 else "")

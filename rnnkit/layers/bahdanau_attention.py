@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from rnnkit.layers import _attention, _bahdanau_xla, _xla
+from rnnkit.layers import _attention, _bahdanau_xla, _kernels, _xla
 
 #: `BahdanauAttention.execution_path` for a sequence of queries on TensorFlow.
 XLA_PATH = "XLA-compiled per-query loop, hand-written backward pass"
@@ -66,7 +66,10 @@ class BahdanauAttention(keras.layers.Layer):
             XLA; True requires it; False keeps TensorFlow's own kernels (XLA
             compiles each new input shape once, 0.3-0.5 s on a 2-core CPU, which
             a stream of ever-new shapes pays again and again). Not used on JAX,
-            whose functions XLA compiles anyway, nor on PyTorch.
+            whose functions XLA compiles anyway, nor on PyTorch. Under
+            mixed_bfloat16 on a CPU the compiled loop runs in float32 (XLA's CPU
+            backend computes bfloat16 slower; docs/performance.md, "Mixed
+            precision on a CPU").
         **kwargs: base layer arguments, such as `name` and `dtype`.
 
     Call arguments:
@@ -237,9 +240,19 @@ class BahdanauAttention(keras.layers.Layer):
             scores = ops.expand_dims(scores, 1)  # (batch, 1, Tv)
         elif self._use_xla():
             self.execution_path = XLA_PATH
+            loop_dtype = projected_query.dtype
+            if _kernels.loop_in_float32(self):
+                # XLA's CPU backend computes bfloat16 slower than float32: the
+                # per-query loop runs in float32, cast in and out once per call.
+                loop_dtype = "float32"
+                self.execution_path = f"{XLA_PATH}, in float32 under mixed_bfloat16"
             scores = _bahdanau_xla.sequence_scores(
-                projected_query, projected_key, score_vector
+                *(
+                    ops.cast(tensor, loop_dtype)
+                    for tensor in (projected_query, projected_key, score_vector)
+                )
             )  # (batch, Tq, Tv)
+            scores = ops.cast(scores, projected_query.dtype)
         else:
             score = keras.remat(self._step_scores)
             scores = ops.map(

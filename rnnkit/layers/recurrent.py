@@ -73,7 +73,18 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       `rnnkit.layers._bptt.run`. Without them a training call differentiates the
       loop automatically.
 
-    Under mixed precision the gates run in float16, the carried states in float32.
+    Precision: under a mixed policy (`mixed_bfloat16`, `mixed_float16`) the matrix
+    products and gates run in the compute dtype (bfloat16 or float16), while the
+    carried states (h, and the LSTM's cell c) accumulate in float32 (`STATE_DTYPE`):
+    a state is the running sum of every step's small update, and with 8 (bfloat16)
+    or 11 (float16) significant bits an update below 1/256 or 1/2048 of the state
+    would be rounded away, so the state would drift over long sequences. Each step
+    rounds the state once to the compute dtype for its products; the layer's outputs
+    are in the compute dtype. The weights stay float32 variables. On TensorFlow
+    with no GPU visible, a layer under mixed_bfloat16 gives its cell the float32
+    policy: the loop then computes in float32 throughout, its inputs and outputs
+    cast once per sequence, which was faster there than the loop in bfloat16
+    (docs/performance.md, "Mixed precision on a CPU").
 
     Args:
         units: Positive integer, the size of the state.
@@ -324,6 +335,10 @@ class RecurrentLayer(keras.layers.RNN):
 
     `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
+    Under a mixed policy the outputs are in the compute dtype (bfloat16 or float16)
+    and the recurrent state accumulates in float32; on a TensorFlow CPU the loop of
+    a `mixed_bfloat16` layer computes in float32 (`RecurrentCell`, "Precision").
+
     A subclass sets `cell_class` (for `rnnkit.layers.get_recurrent`), passes its
     cell, and may implement the kernel hooks `_cudnn_blockers`, `_run_cudnn`,
     `_torch_kernel`, `_torch_weights`, `_fused_activations` (`_kernels`).
@@ -418,6 +433,10 @@ class RecurrentLayer(keras.layers.RNN):
         self.execution_path = "not run yet"
         if _kernels.blocks_model_jit():
             self.supports_jit = False
+        if _kernels.loop_in_float32(self):
+            # The cell computes in float32: its weights are float32 variables
+            # under the policy anyway, so nothing saved changes.
+            self.cell.dtype_policy = "float32"
 
     def _cudnn_blockers(self, training) -> list[str]:
         """Reasons this configuration cannot use the fused kernel (empty: it can)."""
@@ -473,6 +492,11 @@ class RecurrentLayer(keras.layers.RNN):
         return generic_loop()
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
+        # Once per sequence, not per step, and before Keras draws the dropout masks
+        # from it: the cell may compute in float32 under a bfloat16 policy
+        # (`_kernels.loop_in_float32`); Keras' `RNN.call` casts the results back to
+        # the layer's compute dtype.
+        sequences = ops.cast(sequences, self.cell.compute_dtype)
         return super().call(
             sequences, mask=mask, training=training, initial_state=initial_state
         )

@@ -53,6 +53,7 @@ from rnnkit.training.runtime import (
     calibrated,
     configure_runtime,
     device_summary,
+    keeps_dtype_policy,
     stop_on_sigterm,
     versions,
 )
@@ -203,6 +204,7 @@ def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> Non
 
 
 @calibrated
+@keeps_dtype_policy
 def run(
     recipe: Recipe,
     config: RecipeConfig,
@@ -367,7 +369,7 @@ def _train_and_write(
             "replicas": strategy.num_replicas_in_sync if strategy is not None else 1,
             "global_batch_size": config.train.batch_size,
             "weights_fingerprint": fingerprint,
-            "mixed_precision": config.train.mixed_precision,
+            "precision": config.train.dtype_policy(),
             "resumed": resume,
             "versions": versions(),
             "files": sorted(

@@ -1,8 +1,9 @@
 """Where and how a run computes: seeds, device, precision and strategy.
 
 `configure_runtime(train)` is called before a model is built: it seeds every generator
-with `train.seed`, applies `train.device` and `train.mixed_precision`, and returns the
-`tf.distribute` strategy that `train.strategy` asks for (rnnkit.training.strategies).
+with `train.seed`, applies `train.device` and the dtype policy of `train.precision`, and
+returns the `tf.distribute` strategy that `train.strategy` asks for
+(rnnkit.training.strategies). `keeps_dtype_policy` gives the policy back afterwards.
 `device_summary` and `versions` describe the result for the log and `run.json`.
 `calibrated` makes a run follow this machine's `rnnkit calibrate` measurements.
 `stop_on_sigterm` makes SIGTERM stop a run as Ctrl-C does.
@@ -48,6 +49,28 @@ def calibrated(function: Function) -> Function:
     return with_calibration  # type: ignore[return-value]
 
 
+def keeps_dtype_policy(function: Function) -> Function:
+    """Runs `function` and then restores the global Keras dtype policy it found.
+
+    `configure_runtime` sets the policy of `train.precision` for the whole process
+    (Keras has only a global one); a run or a search must not leave it behind for
+    whatever the process does next, such as a second run in float32.
+    """
+
+    @functools.wraps(function)
+    def with_policy_restored(*args: Any, **kwargs: Any) -> Any:
+        import keras
+
+        previous = keras.config.dtype_policy()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    with_policy_restored.keeps_dtype_policy = True
+    return with_policy_restored  # type: ignore[return-value]
+
+
 @contextlib.contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises KeyboardInterrupt, as Ctrl-C (SIGINT) does.
@@ -78,16 +101,17 @@ def stop_on_sigterm() -> Iterator[None]:
 def configure_runtime(train: config_lib.TrainConfig, one_device: bool = False) -> Any:
     """Seeds every generator, picks the device and precision; returns the strategy.
 
-    Call it before building a model. Two runs in fresh processes with the same seed and
-    device give identical weights and metrics on CPU. `one_device`: the model cannot
+    Call it before building a model. The precision is Keras' global dtype policy
+    (`train.dtype_policy()`); under mixed_float16 `Model.compile` wraps the optimizer
+    in a `LossScaleOptimizer` itself. Wrap the caller in `keeps_dtype_policy`.
+    Two runs in fresh processes with the same seed and device give identical
+    weights and metrics on CPU. `one_device`: the model cannot
     be mirrored, so `train.strategy=auto` keeps one device even on several GPUs.
     """
     import keras
 
     keras.utils.set_random_seed(train.seed)
-    keras.mixed_precision.set_global_policy(
-        "mixed_float16" if train.mixed_precision else "float32"
-    )
+    keras.config.set_dtype_policy(train.dtype_policy())
     if keras.backend.backend() != "tensorflow":
         if train.device == "gpu" and not _backend_has_gpu():
             raise ConfigError("train.device=gpu, but the Keras backend sees no GPU")

@@ -31,7 +31,11 @@ from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, TrainingError
 from rnnkit.files import write_text
 from rnnkit.recipe import Recipe, RecipeConfig
-from rnnkit.training.runtime import calibrated, configure_runtime
+from rnnkit.training.runtime import (
+    calibrated,
+    configure_runtime,
+    keeps_dtype_policy,
+)
 from rnnkit.tuning import cluster
 
 log = logging.getLogger("rnnkit")
@@ -92,6 +96,7 @@ def make_tuner(
 
 
 @calibrated
+@keeps_dtype_policy
 def tune(
     recipe: Recipe,
     config: RecipeConfig,

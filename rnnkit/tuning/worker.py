@@ -25,7 +25,11 @@ from typing import Any
 from rnnkit.errors import ClusterError, ConfigError, RnnkitError
 from rnnkit.files import write_text
 from rnnkit.recipe import Recipe, RecipeConfig
-from rnnkit.training.runtime import calibrated, configure_runtime
+from rnnkit.training.runtime import (
+    calibrated,
+    configure_runtime,
+    keeps_dtype_policy,
+)
 from rnnkit.tuning import cluster
 from rnnkit.tuning.search import TUNERS, check_one_device, make_tuner
 
@@ -53,6 +57,7 @@ class WorkerResult:
 
 
 @calibrated
+@keeps_dtype_policy
 def tune_worker(
     recipe: Recipe,
     config: RecipeConfig,

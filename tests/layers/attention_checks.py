@@ -115,7 +115,8 @@ def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
                 trainable_values, non_trainable, **input_values, **call_kwargs
             )
             output = _first(output)
-            return jnp.sum(output * cotangent), output
+            # float32 products: under a mixed policy the output is float16/bfloat16.
+            return jnp.sum(output.astype("float32") * cotangent), output
 
         (_, output), (weight_grads, input_grads) = jax.value_and_grad(
             loss, argnums=(0, 1), has_aux=True
@@ -131,7 +132,9 @@ def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
             name: torch.tensor(a, requires_grad=True) for name, a in inputs.items()
         }
         output = _first(layer(**tensors, **call_kwargs))
-        loss = torch.sum(output * torch.from_numpy(np.asarray(cotangent, "float32")))
+        loss = torch.sum(
+            output.float() * torch.from_numpy(np.asarray(cotangent, "float32"))
+        )
         gradients = torch.autograd.grad(
             loss,
             [v.value for v in layer.trainable_variables] + list(tensors.values()),
@@ -146,13 +149,13 @@ def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
         with tf.GradientTape() as tape:
             tape.watch(list(tensors.values()))
             output = _first(layer(**tensors, **call_kwargs))
-            loss = tf.reduce_sum(output * cotangent)
+            loss = tf.reduce_sum(tf.cast(output, "float32") * cotangent)
         gradients = tape.gradient(loss, [*layer.trainable_variables, *tensors.values()])
         weight_grads = gradients[: len(layer.trainable_variables)]
         input_grads = gradients[len(layer.trainable_variables) :]
     to_numpy = keras.ops.convert_to_numpy
     return (
-        to_numpy(output),
+        to_numpy(keras.ops.cast(output, "float32")),
         [to_numpy(g) for g in weight_grads],
         dict(zip(names, [to_numpy(g) for g in input_grads], strict=True)),
         cotangent,
@@ -177,6 +180,51 @@ def check_gradients_match_numpy(layer, inputs, numpy_forward, **call_kwargs):
     actual = [*weight_grads, *input_grads.values()]
     for name, got, want in zip(names, actual, expected, strict=True):
         assert_close(got, want, GRADIENT_TOLERANCE, what=f"d loss / d {name}")
+
+
+# Largest difference from float32 allowed under each mixed policy, relative to the
+# largest float32 value of the output and of each gradient, or absolute where that is
+# below 1 (the key bias's gradient is zero: softmax ignores a shift shared by all
+# keys). bfloat16 keeps 8 significant bits, float16 11.
+MIXED_TOLERANCES = {"mixed_float16": 1e-2, "mixed_bfloat16": 4e-2}
+
+
+def check_mixed_precision(make_layer, differentiated, policy, **call_kwargs):
+    """A layer from `make_layer()` built under `policy` computes in float16 or
+    bfloat16 and, with the weights of a float32 one, gives its output and its
+    gradients (weights and `differentiated` inputs) within `MIXED_TOLERANCES`."""
+    reference = make_layer()
+    expected, expected_grads, expected_input_grads, cotangent = outputs_and_gradients(
+        reference, differentiated, **call_kwargs
+    )
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        layer = make_layer()
+        raw = _first(layer(**differentiated, **call_kwargs))
+        assert keras.backend.standardize_dtype(raw.dtype) == policy.removeprefix(
+            "mixed_"
+        )
+        layer.set_weights(reference.get_weights())
+        output, grads, input_grads, _ = outputs_and_gradients(
+            layer, differentiated, cotangent, **call_kwargs
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+    pairs = [("output", output, expected)]
+    pairs += [
+        (f"d/d {v.path}", g, e)
+        for v, g, e in zip(
+            layer.trainable_variables, grads, expected_grads, strict=True
+        )
+    ]
+    pairs += [
+        (f"d/d {name}", input_grads[name], expected_input_grads[name])
+        for name in differentiated
+    ]
+    for what, actual, wanted in pairs:
+        scale = max(float(np.abs(wanted).max()), 1.0)
+        assert_close(actual / scale, wanted / scale, MIXED_TOLERANCES[policy], what)
 
 
 def check_padded_positions_do_not_move(layer, query, value, **call_kwargs):

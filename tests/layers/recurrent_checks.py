@@ -75,8 +75,10 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
                 trainable_values, non_trainable, x, **call_kwargs
             )
             outputs = as_list(outputs)
+            # float32 products: under a mixed policy the outputs are float16/bfloat16.
             loss = sum(
-                jnp.sum(o * w) for o, w in zip(outputs, output_weights, strict=True)
+                jnp.sum(o.astype("float32") * w)
+                for o, w in zip(outputs, output_weights, strict=True)
             )
             return loss, outputs
 
@@ -89,7 +91,7 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
         x = torch.tensor(inputs, requires_grad=True)
         outputs = as_list(layer(x, **call_kwargs))
         loss = sum(
-            torch.sum(o * torch.from_numpy(w))
+            torch.sum(o.float() * torch.from_numpy(w))
             for o, w in zip(outputs, output_weights, strict=True)
         )
         *weight_grads, input_grad = torch.autograd.grad(
@@ -104,7 +106,7 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
             tape.watch(x)
             outputs = as_list(layer(x, **call_kwargs))
             loss = sum(
-                tf.reduce_sum(o * w)
+                tf.reduce_sum(tf.cast(o, "float32") * w)
                 for o, w in zip(outputs, output_weights, strict=True)
             )
         *weight_grads, input_grad = tape.gradient(loss, [*layer.trainable_variables, x])
@@ -365,20 +367,22 @@ def check_save_and_reload(family: Family, tmp_path):
     check_reloads_in_fresh_process(model, tokens, tmp_path / f"{family.name}.keras")
 
 
-def check_reloads_in_fresh_process(model, inputs, path):
+def check_reloads_in_fresh_process(model, inputs, path, policy="float32"):
     """`model` saved to `path` (.keras) reloads in a fresh process that imports only
-    rnnkit (and keras), holds rnnkit's layers and gives the same outputs on `inputs`
-    (an array or a dict of arrays)."""
-    expected = keras.ops.convert_to_numpy(model(inputs))
+    rnnkit (and keras) and whose global dtype policy is `policy`, holds rnnkit's
+    layers and gives the same outputs on `inputs` (an array or a dict of arrays)."""
+    expected = keras.ops.convert_to_numpy(keras.ops.cast(model(inputs), "float32"))
     model.save(path)
     named = inputs if isinstance(inputs, dict) else {"": inputs}
     arrays = {name: (a.tolist(), str(a.dtype)) for name, a in named.items()}
     script = (
         "import json, numpy as np, keras, rnnkit.layers\n"
+        f"keras.config.set_dtype_policy({policy!r})\n"
         f"model = keras.saving.load_model({str(path)!r})\n"
         f"inputs = {{k: np.array(v, d) for k, (v, d) in {arrays!r}.items()}}\n"
         f"inputs = inputs if {isinstance(inputs, dict)} else inputs['']\n"
-        "print(json.dumps(keras.ops.convert_to_numpy(model(inputs)).tolist()))\n"
+        "outputs = keras.ops.cast(model(inputs), 'float32')\n"
+        "print(json.dumps(keras.ops.convert_to_numpy(outputs).tolist()))\n"
         "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
         "model._flatten_layers()})))\n"
     )
@@ -391,14 +395,29 @@ def check_reloads_in_fresh_process(model, inputs, path):
     assert "rnnkit" in json.loads(lines[-1])
 
 
-def check_mixed_precision(family: Family):
-    """Under mixed_float16 the layer computes in float16, keeps its state in float32,
-    stays close to the float32 result, and a training step's loss and updated weights
-    stay close to the float32 model's from the same weights."""
+# Largest difference from the float32 layer allowed under each mixed policy, for the
+# outputs (absolute: they lie in [-1, 1]) and for the gradients (relative to the largest
+# float32 gradient), over 40 steps. bfloat16 keeps 8 significant bits, float16 11.
+MIXED_TOLERANCES = {
+    "mixed_float16": {"outputs": 1e-2, "gradients": 1e-2},
+    "mixed_bfloat16": {"outputs": 4e-2, "gradients": 4e-2},
+}
+
+
+def check_mixed_precision(family: Family, policy: str):
+    """Under `policy` the layer computes in float16 or bfloat16 and keeps its state in
+    float32; its outputs and its gradients (weights and inputs, right-padded mask)
+    stay within `MIXED_TOLERANCES` of the float32 layer with the same weights, and a
+    training step's loss and updated weights stay close to the float32 model's."""
+    tolerance = MIXED_TOLERANCES[policy]
+    compute_dtype = policy.removeprefix("mixed_")
     x = random_inputs(6, steps=40)
+    mask = padding_mask("right", steps=40)
     y = np.random.RandomState(7).randn(BATCH, 1).astype("float32")
     reference = family.layer(UNITS, return_sequences=True)
-    expected = keras.ops.convert_to_numpy(reference(x))
+    expected, expected_grads, expected_input_grad, output_weights = (
+        outputs_and_gradients(reference, x, mask=mask)
+    )
 
     def training_model(loss_scale=None):
         model = keras.Sequential(
@@ -426,28 +445,44 @@ def check_mixed_precision(family: Family):
         "the step must move the weights for the comparison to mean much"
     )
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_float16")
+    keras.config.set_dtype_policy(policy)
     try:
         layer = family.layer(UNITS, return_sequences=True)
         layer(x)
         layer.set_weights(reference.get_weights())
-        outputs = layer(x)
-        assert keras.backend.standardize_dtype(outputs.dtype) == "float16"
+        raw = layer(x, mask=mask)
+        assert keras.backend.standardize_dtype(raw.dtype) == compute_dtype
         states = layer.cell.get_initial_state(batch_size=2)
         assert all(
             keras.backend.standardize_dtype(s.dtype) == "float32" for s in states
         )
-        assert_close(
-            keras.ops.convert_to_numpy(outputs).astype("float32"), expected, 1e-2
+        outputs, grads, input_grad, _ = outputs_and_gradients(
+            layer, x, output_weights, mask=mask
         )
-        model = training_model(loss_scale=8.0)
+        assert_close(
+            outputs[0].astype("float32"), expected[0], tolerance["outputs"], "outputs"
+        )
+        for name, actual, wanted in zip(
+            ["inputs", *(v.path for v in layer.trainable_variables)],
+            [input_grad, *grads],
+            [expected_input_grad, *expected_grads],
+            strict=True,
+        ):
+            scale = float(np.abs(wanted).max())
+            assert_close(
+                actual / scale, wanted / scale, tolerance["gradients"], f"d/d {name}"
+            )
+        # Keras wraps the optimizer for loss scaling under mixed_float16 only.
+        model = training_model(loss_scale=8.0 if policy == "mixed_float16" else None)
         model.set_weights(initial)
         loss = float(model.train_on_batch(x, y))
-        np.testing.assert_allclose(loss, float_loss, rtol=1e-2)
+        np.testing.assert_allclose(loss, float_loss, rtol=tolerance["outputs"])
         for updated, expected_weight in zip(
             model.get_weights(), float_weights, strict=True
         ):
-            np.testing.assert_allclose(updated, expected_weight, atol=2e-3)
+            np.testing.assert_allclose(
+                updated, expected_weight, atol=tolerance["gradients"] / 5
+            )
     finally:
         keras.config.set_dtype_policy(previous)
 
@@ -506,7 +541,7 @@ def _gradients_on_both_paths(layer, x, call_kwargs, compiled):
             tape.watch([inputs, *initial])
             outputs = as_list(layer(inputs, **kwargs))
             loss = sum(
-                tf.reduce_sum(o * w)
+                tf.reduce_sum(tf.cast(o, "float32") * w)
                 for o, w in zip(outputs, output_weights, strict=True)
             )
         sources = [*layer.trainable_variables, inputs, *initial]

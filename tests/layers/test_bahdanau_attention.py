@@ -340,5 +340,28 @@ def test_mixed_precision_runs_in_float16():
     assert np.all(weights[np.broadcast_to(~value_mask[:, None], weights.shape)] == 0)
 
 
+@pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
+def test_mixed_precision_outputs_and_gradients_match_float32(policy):
+    data = inputs(15)
+    layers = []
+
+    def make_layer():
+        layers.append(built_layer(seed=4))
+        return layers[-1]
+
+    checks.check_mixed_precision(
+        make_layer, data, policy, value_mask=checks.padding_mask()
+    )
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        in_float32 = policy == "mixed_bfloat16" and not tf.config.get_visible_devices(
+            "GPU"
+        )
+        assert layers[-1].execution_path == bahdanau_attention.XLA_PATH + (
+            ", in float32 under mixed_bfloat16" if in_float32 else ""
+        )
+
+
 def test_docstring_example():
     checks.check_docstring_examples(bahdanau_attention)

@@ -190,5 +190,11 @@ def test_training_step_reduces_loss():
     checks.check_training_step_reduces_loss(attention_model(), data, targets)
 
 
+@pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
+def test_mixed_precision_outputs_and_gradients_match_float32(policy):
+    masks = MASK_CASES["key_mask_causal"]
+    checks.check_mixed_precision(DotProductAttention, inputs(3), policy, **masks)
+
+
 def test_docstring_example():
     checks.check_docstring_examples(dot_product_attention)

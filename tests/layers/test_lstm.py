@@ -85,8 +85,9 @@ def test_save_and_reload_in_fresh_process(tmp_path):
     checks.check_save_and_reload(FAMILY, tmp_path)
 
 
-def test_mixed_precision():
-    checks.check_mixed_precision(FAMILY)
+@pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
+def test_mixed_precision(policy):
+    checks.check_mixed_precision(FAMILY, policy)
 
 
 def test_training_on_msft_reduces_loss():

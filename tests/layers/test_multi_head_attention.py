@@ -322,5 +322,20 @@ def test_training_step_reduces_loss():
     checks.check_training_step_reduces_loss(attention_model(), data, targets)
 
 
+@pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
+def test_mixed_precision_outputs_and_gradients_match_float32(policy):
+    data = inputs(4)
+
+    def make_layer():
+        layer = MultiHeadAttention(HEADS, HEAD_KEY_DIM)
+        layer(**data)
+        randomize(layer, 5)
+        return layer
+
+    checks.check_mixed_precision(
+        make_layer, data, policy, value_mask=checks.padding_mask()
+    )
+
+
 def test_docstring_example():
     checks.check_docstring_examples(multi_head_attention)

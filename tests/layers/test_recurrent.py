@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, RecurrentCell, RecurrentLayer, SimpleRNN
+from tests.layers.recurrent_checks import check_reloads_in_fresh_process
 
 COMMON = (
     "units",
@@ -66,3 +67,65 @@ def test_a_cell_keeps_the_keras_cell_contract(layer_cls):
     assert [tuple(state.shape) for state in states] == [(3, 4)] * len(sizes)
     outputs = keras.layers.RNN(cell, return_sequences=True)(np.ones((3, 5, 2)))
     assert tuple(outputs.shape) == (3, 5, 4)
+
+
+@pytest.mark.parametrize(
+    ("saved_under", "loaded_under"),
+    [("mixed_bfloat16", "float32"), ("mixed_float16", "mixed_bfloat16")],
+)
+def test_a_mixed_precision_model_reloads_in_a_fresh_process(
+    saved_under, loaded_under, tmp_path
+):
+    """A model of the three layers built under a mixed policy keeps it when it is
+    reloaded in a fresh process under another global policy: same outputs."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(saved_under)
+    try:
+        model = keras.Sequential(
+            [
+                keras.Input((None, 3)),
+                LSTM(4, return_sequences=True),
+                GRU(4, return_sequences=True),
+                SimpleRNN(4),
+                keras.layers.Dense(1, dtype="float32"),
+            ]
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert model.layers[0].compute_dtype == saved_under.removeprefix("mixed_")
+    inputs = np.random.RandomState(0).randn(2, 5, 3).astype("float32")
+    check_reloads_in_fresh_process(
+        model, inputs, tmp_path / "mixed.keras", policy=loaded_under
+    )
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU choice"
+)
+@pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
+def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
+    """bfloat16 in, bfloat16 out, float32 inside: the hand-written backward pass and
+    float32 speed (docs/performance.md, "Mixed precision on a CPU")."""
+    import tensorflow as tf
+
+    if tf.config.get_visible_devices("GPU"):
+        pytest.skip("a GPU is visible: the loop computes in bfloat16 there")
+    previous = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        layer = layer_cls(4, dropout=0.25, seed=1)  # input dropout: a mask in float32
+        keras.config.set_dtype_policy("mixed_float16")
+        float16_layer = layer_cls(4)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert layer.compute_dtype == "bfloat16"
+    assert layer.cell.compute_dtype == "float32"
+    assert float16_layer.cell.compute_dtype == "float16"
+    x = tf.constant(np.random.RandomState(0).randn(3, 5, 2), "bfloat16")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        outputs = tf.function(lambda x: layer(x, training=True))(x)
+    assert outputs.dtype == tf.bfloat16
+    assert tape.gradient(outputs, x).dtype == tf.bfloat16
+    assert "in float32 under mixed_bfloat16" in layer.execution_path
+    assert "hand-written BPTT" in layer.execution_path

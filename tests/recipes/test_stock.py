@@ -190,18 +190,6 @@ def test_same_seed_same_metrics_other_seed_other_metrics(tmp_path):
     assert history_a == (tmp_path / "b" / "history.csv").read_text()
 
 
-def test_mixed_precision_run(tmp_path):
-    reference = _cli_run(tmp_path / "float32", "--epochs", "1")
-    metrics = _cli_run(tmp_path / "mixed", "--mixed-precision", "--epochs", "1")
-    # float16 compute with float32 weights trains to nearly the float32 model.
-    for name, value in reference["test"]["model"].items():
-        assert metrics["test"]["model"][name] == pytest.approx(value, rel=0.02), name
-    assert "mixed_precision = true" in (tmp_path / "mixed" / "config.toml").read_text()
-    assert keras.mixed_precision.global_policy().name == "mixed_float16"
-    runner.configure_runtime(smoke_config().train)
-    assert keras.mixed_precision.global_policy().name == "float32"
-
-
 def test_resume_through_the_cli(tmp_path):
     from tests.training.test_runner import InterruptAt
 

@@ -50,3 +50,23 @@ def test_runs_and_searches_follow_the_cached_calibration(tmp_path, monkeypatch):
     assert calibration.measured_choice(cell, False, 6, 8) is None  # restored after
     for entry in (runner.run, search.tune, worker.tune_worker):
         assert getattr(entry, "loads_calibration", False), entry.__qualname__
+
+
+def test_runs_and_searches_give_the_dtype_policy_back():
+    """train.precision sets Keras' global policy; a run leaves the one it found."""
+    import keras
+
+    from rnnkit.config import TrainConfig
+    from rnnkit.training import runner
+    from rnnkit.training.runtime import configure_runtime, keeps_dtype_policy
+    from rnnkit.tuning import search, worker
+
+    @keeps_dtype_policy
+    def configured(precision):
+        configure_runtime(TrainConfig(precision=precision))
+        return keras.config.dtype_policy().name
+
+    assert configured("mixed_bfloat16") == "mixed_bfloat16"
+    assert keras.config.dtype_policy().name == "float32"
+    for entry in (runner.run, search.tune, worker.tune_worker):
+        assert getattr(entry, "keeps_dtype_policy", False), entry.__qualname__

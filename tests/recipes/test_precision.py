@@ -1,0 +1,129 @@
+"""Every recipe trains under both mixed policies from the command line, close to its
+float32 run from the same seed: `--precision` (`train.precision`), the older
+`--mixed-precision` shortcut, and the global dtype policy given back after a run."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import keras
+import pytest
+
+from rnnkit import config as config_lib
+from tests.cli_support import error_line, invoke
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# recipe: (extra options, the test metric compared, its tolerance (relative)). The
+# smoke configs, cut to one epoch where they train longer. Accuracy-like metrics of
+# a smoke model near chance flip with one prediction, so a loss-like or ranking
+# metric is compared; the training and validation losses of every epoch too.
+RECIPES = {
+    "stock": ((), "mae", 0.01),
+    "sentiment": (("--epochs", "1"), "roc_auc", 0.02),
+    "language_model": (("--epochs", "1"), "perplexity", 0.01),
+    "translation": (("--epochs", "1"), "val_perplexity", 0.02),
+    "captioning": ((), "bleu1", 0.08),
+}
+LOSS_TOLERANCE = 0.02  # relative, per epoch, training and validation loss
+SLOW = {"sentiment", "translation", "captioning"}  # 15-40 s per run
+
+
+def _run(name, run_dir, *options):
+    extra, _, _ = RECIPES[name]
+    smoke = ROOT / "recipes" / name / "configs" / "smoke.toml"
+    result = invoke(
+        "run", name, "--config", str(smoke), "--run-dir", str(run_dir), *extra, *options
+    )
+    assert result.exit_code == 0, result.output[-3000:]
+    with (run_dir / "history.csv").open() as rows:
+        history = list(csv.DictReader(rows))
+    metrics = json.loads((run_dir / "metrics.json").read_text())["test"]["model"]
+    return history, metrics, json.loads((run_dir / "run.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def float32_runs(tmp_path_factory):
+    """The float32 run of each recipe, made once for both policies."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = _run(name, tmp_path_factory.mktemp(name) / "float32")
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in RECIPES],
+)
+def test_a_mixed_run_trains_close_to_the_float32_run(
+    name, policy, float32_runs, tmp_path
+):
+    history, metrics, _ = float32_runs(name)
+    mixed_history, mixed_metrics, run_json = _run(
+        name, tmp_path / policy, "--precision", policy
+    )
+    assert keras.config.dtype_policy().name == "float32"  # given back after the run
+    assert run_json["precision"] == policy
+    assert len(mixed_history) == len(history)
+    for row, mixed_row in zip(history, mixed_history, strict=True):
+        for key in ("loss", "val_loss"):
+            assert float(mixed_row[key]) == pytest.approx(
+                float(row[key]), rel=LOSS_TOLERANCE
+            ), (row["epoch"], key)
+    _, metric, tolerance = RECIPES[name]
+    assert mixed_metrics[metric] == pytest.approx(metrics[metric], rel=tolerance)
+
+
+def test_the_older_switch_is_mixed_float16_and_conflicts_are_one_line():
+    smoke = str(ROOT / "recipes" / "stock" / "configs" / "smoke.toml")
+    shown = invoke("run", "stock", "--config", smoke, "--mixed-precision", "--dry-run")
+    assert shown.exit_code == 0, shown.output
+    assert 'precision = "float32"' in shown.output
+    assert "mixed_precision = true" in shown.output
+    config = config_lib.TrainConfig(mixed_precision=True)
+    assert config.dtype_policy() == "mixed_float16"
+    both = invoke(
+        "run", "stock", "--config", smoke, "--mixed-precision",
+        "--precision", "mixed_bfloat16", "--dry-run",
+    )  # fmt: skip
+    assert "train.mixed_precision=true means train.precision=mixed_float16" in (
+        error_line(both)
+    )
+    same = invoke(
+        "run", "stock", "--config", smoke, "--mixed-precision",
+        "--precision", "mixed_float16", "--dry-run",
+    )  # fmt: skip
+    assert same.exit_code == 0, same.output
+    tune = invoke(
+        "tune", "stock", "--config", smoke, "--precision", "mixed_bfloat16",
+        "--dry-run",
+    )  # fmt: skip
+    assert tune.exit_code == 0, tune.output
+    assert 'precision = "mixed_bfloat16"' in tune.output
+    tune_both = invoke(
+        "tune", "stock", "--config", smoke, "--mixed-precision",
+        "--precision", "mixed_bfloat16", "--dry-run",
+    )  # fmt: skip
+    assert "train.precision=mixed_bfloat16" in error_line(tune_both)
+
+
+def test_an_old_run_directorys_config_still_loads(tmp_path):
+    """config.toml of a run written before train.precision: mixed_precision only."""
+    from rnnkit_recipes.stock.recipe import StockConfig
+
+    old = config_lib.to_toml(StockConfig()).replace('precision = "float32"\n', "", 1)
+    assert "mixed_precision = false" in old and "\nprecision" not in old
+    path = tmp_path / "config.toml"
+    path.write_text(old)
+    assert config_lib.load_toml(StockConfig, path).train.dtype_policy() == "float32"
+    path.write_text(old.replace("mixed_precision = false", "mixed_precision = true"))
+    assert (
+        config_lib.load_toml(StockConfig, path).train.dtype_policy() == "mixed_float16"
+    )
