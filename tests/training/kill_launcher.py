@@ -95,5 +95,9 @@ if __name__ == "__main__":
     from rnnkit.cli import main
 
     point, name, *arguments = sys.argv[1:]
+    # Ctrl-C as in a terminal: a process whose parent ignores SIGINT (a pytest-xdist
+    # worker, a `cmd &` in a script) starts with it ignored, and Python then installs
+    # no KeyboardInterrupt handler; the self-sent SIGINT must still reach the run.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     install(point, name)
     main(arguments, prog_name="rnnkit")
