@@ -11,6 +11,9 @@ batch at every step. Why these pay: docs/performance.md.
 How a layer runs its sequence lives in private modules: `_kernels` (cuDNN, PyTorch's
 kernels), `_loops` (the generic loop, compiled or not, with the hand-written backward
 pass of `_bptt`), `_xla_policy` (`jit_compile`) and `_batch_shards` (`batch_shards`).
+
+Over 500 lines: the two bases are one contract (the cell's hooks that the layer's
+loops call), mostly docstrings; split apart, neither would read without the other.
 """
 
 from __future__ import annotations
@@ -73,18 +76,11 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       `rnnkit.layers._bptt.run`. Without them a training call differentiates the
       loop automatically.
 
-    Precision: under a mixed policy (`mixed_bfloat16`, `mixed_float16`) the matrix
-    products and gates run in the compute dtype (bfloat16 or float16), while the
-    carried states (h, and the LSTM's cell c) accumulate in float32 (`STATE_DTYPE`):
-    a state is the running sum of every step's small update, and with 8 (bfloat16)
-    or 11 (float16) significant bits an update below 1/256 or 1/2048 of the state
-    would be rounded away, so the state would drift over long sequences. Each step
-    rounds the state once to the compute dtype for its products; the layer's outputs
-    are in the compute dtype. The weights stay float32 variables. On TensorFlow
-    with no GPU visible, a layer under mixed_bfloat16 gives its cell the float32
-    policy: the loop then computes in float32 throughout, its inputs and outputs
-    cast once per sequence, which was faster there than the loop in bfloat16
-    (docs/performance.md, "Mixed precision on a CPU").
+    Precision: under a mixed policy the products and gates run in the compute dtype
+    and the carried states (h, the LSTM's c) accumulate in float32 (`STATE_DTYPE`), so
+    small updates are not rounded away; on a TensorFlow CPU a `mixed_bfloat16`
+    layer's loop computes in float32 throughout, which is faster there. Why, and the
+    measurements: docs/guides/layers.md and docs/performance.md.
 
     Args:
         units: Positive integer, the size of the state.
@@ -335,9 +331,8 @@ class RecurrentLayer(keras.layers.RNN):
 
     `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
-    Under a mixed policy the outputs are in the compute dtype (bfloat16 or float16)
-    and the recurrent state accumulates in float32; on a TensorFlow CPU the loop of
-    a `mixed_bfloat16` layer computes in float32 (`RecurrentCell`, "Precision").
+    Under a mixed policy the outputs are in the compute dtype and the state in
+    float32 (`RecurrentCell`, "Precision").
 
     A subclass sets `cell_class` (for `rnnkit.layers.get_recurrent`), passes its
     cell, and may implement the kernel hooks `_cudnn_blockers`, `_run_cudnn`,
@@ -492,10 +487,8 @@ class RecurrentLayer(keras.layers.RNN):
         return generic_loop()
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
-        # Once per sequence, not per step, and before Keras draws the dropout masks
-        # from it: the cell may compute in float32 under a bfloat16 policy
-        # (`_kernels.loop_in_float32`); Keras' `RNN.call` casts the results back to
-        # the layer's compute dtype.
+        # Once per sequence and before Keras draws the dropout masks from it: the cell
+        # may compute in float32 under mixed_bfloat16 (`_kernels.loop_in_float32`).
         sequences = ops.cast(sequences, self.cell.compute_dtype)
         return super().call(
             sequences, mask=mask, training=training, initial_state=initial_state
