@@ -102,7 +102,8 @@ from rnnkit.errors import RnnkitError
     type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
-    help="Global clip norm while training (0: none).",
+    help="Global clip norm while training (0: none); with --task, the norm of the "
+    "clipped arm (--clip off trains without).",
 )
 @click.option(
     "--learning-rate",
@@ -141,8 +142,8 @@ def diagnose(
     With --task adding,copy: trains fresh cells on the adding problem and the
     copy-memory task at each of --lengths, with and without clipping (--clip), and
     writes the test error against each task's baseline, the steps to solve, and
-    ||dL/dh_t|| and sigma_max(W_hh) of the trained models (about 10 minutes on a
-    2-core CPU; --quick: seconds).
+    ||dL/dh_t|| and sigma_max(W_hh) of the trained models (minutes; --quick:
+    seconds; docs/guides/diagnostics.md has the measured time).
     """
     if options["task"] != "text":
         _memory_tasks(run_dir, cells, assignments, options)
@@ -230,6 +231,11 @@ def _memory_tasks(
                 "--task adding/copy trains fresh cells on generated data; leave out "
                 "RUN_DIR, --set and --data"
             )
+        if not options["clipnorm"]:
+            raise RnnkitError(
+                "--clipnorm 0 with --task: the clipped arm needs a norm above 0; "
+                "train without clipping with --clip off"
+            )
         tasks = memory_tasks.parse_list(options["task"], "--task", memory_tasks.TASKS)
         known = registry.recurrent_names()
         names = (
@@ -254,7 +260,7 @@ def _memory_tasks(
             task: dataclasses.replace(
                 preset[task],
                 seed=options["seed"],
-                clipnorm=options["clipnorm"] or preset[task].clipnorm,
+                clipnorm=options["clipnorm"],
                 **{key: value for key, value in chosen.items() if value is not None},
             )
             for task in tasks

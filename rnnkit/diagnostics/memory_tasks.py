@@ -238,7 +238,9 @@ def train_memory_model(
         "baseline": baseline,
         "error_vs_baseline": error / baseline,
         "solved": error <= threshold,
-        "steps_to_solve": solved_at if error <= threshold else None,
+        # Solved is judged on the test set; the steps are those trained until the
+        # validation check passed, or all of them when only the test set is solved.
+        "steps_to_solve": (solved_at or step) if error <= threshold else None,
         "steps_trained": step,
         "seconds": seconds,
     }

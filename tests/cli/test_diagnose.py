@@ -84,6 +84,7 @@ def test_memory_tasks_quick_lstm_solves_what_the_simple_rnn_cannot(tmp_path):
         (["--task", "copy", "--cells", "lstm,lstn"], "give a comma-separated list"),
         (["--task", "copy", "--lengths", "0,10"], "whole numbers of 2 or more"),
         (["--task", "copy", "--output", "FILE/out"], "choose another --output"),
+        (["--task", "copy", "--clipnorm", "0"], "--clipnorm 0 with --task"),
     ],
 )
 def test_memory_tasks_bad_input_is_a_one_line_error(tmp_path, options, expected):
