@@ -187,6 +187,12 @@ def open_run_dir(
                 log.info(
                     "no backup in %s; training starts from the first epoch", run_dir
                 )
+        elif run_dir.exists() and [p.name for p in run_dir.iterdir()] == [CLAIM_FILE]:
+            raise RnnkitError(
+                f"run directory {run_dir} holds only {CLAIM_FILE}: another run has "
+                "claimed it, or one stopped before writing anything; choose another "
+                "--run-dir, or delete the folder"
+            )
         elif run_dir.exists() and any(run_dir.iterdir()):
             raise RnnkitError(
                 f"run directory {run_dir} is not empty; choose another --run-dir, "

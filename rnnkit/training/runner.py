@@ -33,6 +33,7 @@ from rnnkit.training.cluster import cluster_from_environment
 from rnnkit.training.multi_worker import fit_multiworker, weights_fingerprint
 from rnnkit.training.run_dir import (
     BACKUP_DIR,
+    CLAIM_FILE,
     CONFIG_FILE,
     HISTORY_FILE,
     METRICS_FILE,
@@ -373,7 +374,9 @@ def _train_and_write(
             "resumed": resume,
             "versions": versions(),
             "files": sorted(
-                str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
+                str(p.relative_to(run_dir))
+                for p in run_dir.rglob("*")
+                if p.is_file() and p.name != CLAIM_FILE
             ),
         },
     )

@@ -122,6 +122,12 @@ def test_a_given_directory_found_empty_by_two_runs_is_taken_by_one(
     assert (given / run_dir.CONFIG_FILE).read_text() == config_text
 
 
+def test_a_directory_holding_only_a_claim_names_what_to_do(tmp_path):
+    (tmp_path / run_dir.CLAIM_FILE).touch()
+    with pytest.raises(RnnkitError, match="holds only .claimed.*choose another"):
+        run_dir.open_run_dir("toy", ToyConfig(), tmp_path, "runs", resume=False)
+
+
 def test_a_used_directory_is_refused_unless_resumed(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(RnnkitError, match="not empty.*--resume"):
