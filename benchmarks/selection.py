@@ -63,14 +63,25 @@ def select_then_seeds(
     out: Path,
     criterion: str,
     higher_is_better: bool = True,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Runs the protocol above; returns the ledger with `chosen` set.
 
     `train(name, overrides, seed, run_dir)` trains one run and returns a JSON-able dict
     with at least `validation` (a dict holding `criterion`) and `test` (a dict).
+    `settings` (JSON-able: the base config the candidates override) is recorded; a
+    ledger recorded with other settings is refused, so runs made with different data
+    or epochs are never compared.
     """
     out.mkdir(parents=True, exist_ok=True)
     ledger = _ledger(out)
+    settings = json.loads(json.dumps(settings or {}, sort_keys=True))
+    if ledger.get("settings", settings) != settings:
+        raise SystemExit(
+            f"{out / LEDGER} was recorded with other settings (config, --limit, "
+            "--epochs or --set); choose another --out"
+        )
+    ledger["settings"] = settings
     runs = ledger.setdefault("runs", {})
 
     def one(name: str, seed: int) -> dict[str, Any]:
@@ -91,7 +102,7 @@ def select_then_seeds(
         validation,
         key=lambda name: (
             sign * scores[name],
-            -validation[name].get("loss", 0.0) if criterion != "loss" else 0.0,
+            -validation[name].get("loss", math.inf) if criterion != "loss" else 0.0,
         ),
     )
     ledger["chosen"] = chosen

@@ -195,6 +195,7 @@ def select(recipe, config, args) -> None:
         seeds,
         Path(args.out),
         criterion="accuracy",
+        settings=config.to_dict(),
     )
     print()
     print(f"selection on the validation split (seed {seeds[0]}; accuracy at the")

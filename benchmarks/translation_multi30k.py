@@ -193,6 +193,7 @@ def select(recipe, config, args) -> None:
         seeds,
         Path(args.out),
         criterion="bleu",
+        settings=config.to_dict(),
     )
     print()
     print(f"hardware: {hardware()}")
