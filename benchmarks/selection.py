@@ -121,3 +121,40 @@ def chosen_runs(ledger: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
         (seed, ledger["runs"][f"{ledger['chosen']}/seed{seed}"])
         for seed in ledger["seeds"]
     ]
+
+
+def parse_candidates(text: str, candidates: Mapping[str, Any]) -> dict[str, Any]:
+    """`--candidates a,b` as {name: overrides}; an unknown name stops the script."""
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(candidates))
+    if unknown:
+        raise SystemExit(
+            f"unknown candidates {unknown}; choose from {list(candidates)}"
+        )
+    return {name: candidates[name] for name in names}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`--seeds 1337,1,2`: the first selects, the others repeat the choice."""
+    return [int(seed) for seed in text.split(",")]
+
+
+def print_validation(ledger: Mapping[str, Any], width: int, digits: int) -> None:
+    """The candidates' validation figures, best first, the chosen one marked."""
+    for name, score in sorted(ledger["validation"].items(), key=lambda kv: -kv[1]):
+        mark = "  <- chosen" if name == ledger["chosen"] else ""
+        print(f"  {name:<{width}} {score:.{digits}f}{mark}")
+
+
+def print_means(
+    rows: Sequence[tuple[int, Mapping[str, Any]]], keys: Sequence[str], digits: int
+) -> None:
+    """Mean +- sample standard deviation of each test figure over the seeds."""
+    for key in keys:
+        values = [record["test"][key] for _, record in rows if key in record["test"]]
+        if values:
+            mean, std = mean_std(values)
+            print(
+                f"  test {key}: {mean:.{digits}f} +- {std:.{digits}f} "
+                f"over {len(values)} seeds"
+            )

@@ -158,19 +158,21 @@ def main() -> None:
 
 def select(recipe, config, args) -> None:
     """The --select protocol: see the module docstring and selection.py."""
-    from selection import chosen_runs, kept_epoch, mean_std, select_then_seeds
+    from selection import (
+        chosen_runs,
+        kept_epoch,
+        parse_candidates,
+        parse_seeds,
+        print_means,
+        print_validation,
+        select_then_seeds,
+    )
     from timing import cpu_line
 
-    from rnnkit import config as config_lib
     from rnnkit.training import runner
 
-    names = [name for name in args.candidates.split(",") if name]
-    unknown = sorted(set(names) - set(CANDIDATES))
-    if unknown:
-        raise SystemExit(
-            f"unknown candidates {unknown}; choose from {list(CANDIDATES)}"
-        )
-    seeds = [int(seed) for seed in args.seeds.split(",")]
+    candidates = parse_candidates(args.candidates, CANDIDATES)
+    seeds = parse_seeds(args.seeds)
 
     def train(name, overrides, seed, run_dir):
         settings = {
@@ -178,7 +180,7 @@ def select(recipe, config, args) -> None:
             "train.seed": seed,
             "evaluation.baselines": False,
         }
-        run_config = config_lib.apply_values(config, settings, source="--select")
+        run_config = config.with_values(settings)
         timer = epoch_timer()
         result = runner.run(recipe, run_config, run_dir, verbose=2, callbacks=[timer])
         kept = kept_epoch(result.history)
@@ -190,7 +192,7 @@ def select(recipe, config, args) -> None:
         }
 
     ledger = select_then_seeds(
-        {name: CANDIDATES[name] for name in names},
+        candidates,
         train,
         seeds,
         Path(args.out),
@@ -200,9 +202,7 @@ def select(recipe, config, args) -> None:
     print()
     print(f"selection on the validation split (seed {seeds[0]}; accuracy at the")
     print("epoch early stopping kept):")
-    for name, score in sorted(ledger["validation"].items(), key=lambda kv: -kv[1]):
-        mark = "  <- chosen" if name == ledger["chosen"] else ""
-        print(f"  {name:<20} {score:.4f}{mark}")
+    print_validation(ledger, width=20, digits=4)
     print()
     print(f"{ledger['chosen']}, test split, per seed:")
     rows = chosen_runs(ledger)
@@ -214,9 +214,7 @@ def select(recipe, config, args) -> None:
             f"{test['accuracy']:9.4f} {test['f1']:7.4f} {test['roc_auc']:8.4f} "
             f"{record['epochs']:7d} {record['training_minutes']:10.1f}"
         )
-    for key in ("accuracy", "f1", "roc_auc"):
-        mean, std = mean_std([record["test"][key] for _, record in rows])
-        print(f"  test {key}: {mean:.4f} +- {std:.4f} over {len(rows)} seeds")
+    print_means(rows, ("accuracy", "f1", "roc_auc"), digits=4)
     print(f"CPU: {cpu_line()}")
 
 

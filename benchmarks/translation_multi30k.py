@@ -161,17 +161,19 @@ def validation_bleu(recipe, config, run_dir, limit) -> float:
 
 def select(recipe, config, args) -> None:
     """The --select protocol: see the module docstring and selection.py."""
-    from selection import chosen_runs, mean_std, select_then_seeds
+    from selection import (
+        chosen_runs,
+        parse_candidates,
+        parse_seeds,
+        print_means,
+        print_validation,
+        select_then_seeds,
+    )
 
     from rnnkit.training import runner
 
-    names = [name for name in args.candidates.split(",") if name]
-    unknown = sorted(set(names) - set(CANDIDATES))
-    if unknown:
-        raise SystemExit(
-            f"unknown candidates {unknown}; choose from {list(CANDIDATES)}"
-        )
-    seeds = [int(seed) for seed in args.seeds.split(",")]
+    candidates = parse_candidates(args.candidates, CANDIDATES)
+    seeds = parse_seeds(args.seeds)
 
     def train_one(name, overrides, seed, run_dir):
         run_config = config.with_values({**overrides, "train.seed": seed})
@@ -188,7 +190,7 @@ def select(recipe, config, args) -> None:
         }
 
     ledger = select_then_seeds(
-        {name: CANDIDATES[name] for name in names},
+        candidates,
         train_one,
         seeds,
         Path(args.out),
@@ -198,9 +200,7 @@ def select(recipe, config, args) -> None:
     print()
     print(f"hardware: {hardware()}")
     print(f"selection on val (seed {seeds[0]}; beam-search sacreBLEU):")
-    for name, score in sorted(ledger["validation"].items(), key=lambda kv: -kv[1]):
-        mark = "  <- chosen" if name == ledger["chosen"] else ""
-        print(f"  {name:<14} {score:.2f}{mark}")
+    print_validation(ledger, width=14, digits=2)
     rows = chosen_runs(ledger)
     print(f"\n{ledger['chosen']}, test2016, per seed:")
     print("  seed   val BLEU  test BLEU  greedy   chrF  epochs  train min")
@@ -212,11 +212,7 @@ def select(recipe, config, args) -> None:
             f"{test.get('chrf', float('nan')):6.2f} {record['epochs']:7d} "
             f"{record['training_minutes']:10.1f}"
         )
-    for key in ("bleu", "bleu_greedy", "chrf"):
-        values = [record["test"][key] for _, record in rows if key in record["test"]]
-        if values:
-            mean, std = mean_std(values)
-            print(f"  test {key}: {mean:.2f} +- {std:.2f} over {len(values)} seeds")
+    print_means(rows, ("bleu", "bleu_greedy", "chrf"), digits=2)
 
 
 def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:
