@@ -9,4 +9,5 @@ from rnnkit.models import (
     image_captioner,
     language_model,
     sequence_classifier,
+    transformer_encoder_decoder,
 )
