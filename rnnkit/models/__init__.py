@@ -10,4 +10,5 @@ from rnnkit.models import (
     language_model,
     sequence_classifier,
     transformer_encoder_decoder,
+    transformer_language_model,
 )
