@@ -22,6 +22,25 @@ The data are the local copies in ../shared/data/translation.
     python benchmarks/translation_multi30k.py --limit 3000 --epochs 1  # reduced check
     python benchmarks/translation_multi30k.py --select --seeds 1337,2 --out RUNS
 
+`--architectures rnn,transformer` trains both architectures side by side: the attentive
+GRU of multi30k_de_en.toml and the Transformer of multi30k_de_en_transformer.toml, on
+the same data, SentencePiece vocabularies and decoding (the first architecture's data
+and evaluation sections are applied to the others), and prints for each: test BLEU and
+chrF (beam and greedy), parameters, training minutes to the epoch with the best
+validation loss (the one early stopping keeps), and decoding sentences per second,
+greedy and beam, on test2016 (after one warm-up call that compiles the search).
+
+    python benchmarks/translation_multi30k.py --architectures rnn,transformer
+    python benchmarks/translation_multi30k.py --architectures rnn,transformer \
+        --limit 300 --epochs 1                               # reduced check
+    python benchmarks/translation_multi30k.py --architectures rnn,transformer \
+        --select --seeds 1337,2 --out RUNS
+
+With `--select`, each architecture's candidates (CANDIDATES[architecture]; pick some
+with `--candidates smoothing0.1,transformer:ff512`, a name without a prefix meaning the
+first architecture's) are chosen on validation as below, then run per seed, and the
+side-by-side table holds their means over the seeds.
+
 `--select` chooses label smoothing on the validation split (see selection.py): each of
 CANDIDATES trains with the first seed, with at most `--epochs` (default 20) epochs and
 early stopping on the validation loss (patience 3), so the number of epochs is chosen
@@ -45,10 +64,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_BLEU = 35.0
 FULL_TRAINING_PAIRS = 29000
-# Overrides of configs/multi30k_de_en.toml for --select.
+ARCHITECTURES = {
+    "rnn": "recipes/translation/configs/multi30k_de_en.toml",
+    "transformer": "recipes/translation/configs/multi30k_de_en_transformer.toml",
+}
+# Overrides of each architecture's config for --select.
 CANDIDATES = {
-    "smoothing0": {"train.label_smoothing": 0.0},
-    "smoothing0.1": {"train.label_smoothing": 0.1},
+    "rnn": {
+        "smoothing0": {"train.label_smoothing": 0.0},
+        "smoothing0.1": {"train.label_smoothing": 0.1},
+    },
+    "transformer": {
+        "tutorial": {},
+        "ff512": {"model.feedforward_dim": 512},
+        "warmup2000": {"train.warmup_steps": 2000},
+        "dropout0.2": {"model.dropout": 0.2},
+    },
 }
 SELECT_EPOCHS = 20
 
@@ -57,7 +88,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--config",
-        default=str(ROOT / "recipes/translation/configs/multi30k_de_en.toml"),
+        help="The config of a single architecture (default: ARCHITECTURES' own).",
+    )
+    parser.add_argument(
+        "--architectures",
+        default="rnn",
+        help="Comma-separated: rnn, transformer (several: side by side).",
     )
     parser.add_argument(
         "--limit", type=int, default=0, help="Pairs per split (0: all 29,000)."
@@ -86,8 +122,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--candidates",
-        default=",".join(CANDIDATES),
-        help="Comma-separated names of CANDIDATES (with --select).",
+        default="",
+        help="Comma-separated names of CANDIDATES, ARCH:NAME for another "
+        "architecture than the first (with --select; default: all).",
     )
     parser.add_argument(
         "--seeds", default="1337,2", help="Seeds (with --select); the first selects."
@@ -114,11 +151,29 @@ def main() -> None:
         overrides["train.epochs"] = args.epochs
     elif args.select:
         overrides["train.epochs"] = SELECT_EPOCHS
-    config = config_lib.resolve(recipe.Config, args.config, overrides)
+    architectures = [name for name in args.architectures.split(",") if name]
+    unknown = sorted(set(architectures) - set(ARCHITECTURES))
+    if unknown or not architectures:
+        raise SystemExit(f"--architectures: choose from {list(ARCHITECTURES)}")
+    if args.config and len(architectures) > 1:
+        raise SystemExit("--config names one architecture's config; drop it")
+    configs = architecture_configs(recipe, architectures, args.config, overrides)
     if args.select:
-        select(recipe, config, args)
+        ledgers = {
+            name: select(recipe, config, args, name, len(architectures) > 1)
+            for name, config in configs.items()
+        }
+        if len(ledgers) > 1:
+            print_side_by_side(
+                {name: mean_figures(ledger) for name, ledger in ledgers.items()},
+                "means over the chosen candidates' seeds",
+            )
+        return
+    if len(architectures) > 1:
+        compare(recipe, configs, args)
         return
 
+    config = configs[architectures[0]]
     variants = {f"attention={config.model.attention}": config}
     if args.ablation and config.model.attention != "none":
         variants["attention=none"] = config.with_values({"model.attention": "none"})
@@ -159,7 +214,113 @@ def validation_bleu(recipe, config, run_dir, limit) -> float:
     return bleu.corpus_score(hypotheses, [references]).score
 
 
-def select(recipe, config, args) -> None:
+def architecture_configs(recipe, architectures, config_path, overrides):
+    """{architecture: config}: each its own file (or `config_path`) with `overrides`,
+    the first architecture's data and evaluation sections applied to the others."""
+    from rnnkit import config as config_lib
+
+    configs = {}
+    for name in architectures:
+        path = config_path or str(ROOT / ARCHITECTURES[name])
+        configs[name] = config_lib.resolve(recipe.Config, path, overrides)
+    first = configs[architectures[0]].flat()
+    shared = {
+        key: value
+        for key, value in first.items()
+        if key.startswith(("data.", "evaluation."))
+    }
+    return {name: config.with_values(shared) for name, config in configs.items()}
+
+
+def side_by_side_figures(recipe, config, run_dir, epoch_seconds) -> dict:
+    """Parameters, minutes to the best validation loss and decoding speed of a run."""
+    import csv
+    import time
+
+    from rnnkit_recipes.translation.decode import translate
+
+    from rnnkit.training import runner
+
+    with (Path(run_dir) / "history.csv").open() as handle:
+        losses = [float(row["val_loss"]) for row in csv.DictReader(handle)]
+    best_epoch = losses.index(min(losses))
+    model = runner.load_model(Path(run_dir) / "model.keras")
+    data = recipe.load_data(config)  # the same deterministic vocabularies
+    sources = [source for source, _ in data.test_pairs]
+    figures = {
+        "parameters": model.count_params(),
+        "best_epoch": best_epoch + 1,
+        "minutes_to_best": sum(epoch_seconds[: best_epoch + 1]) / 60,
+    }
+    for name, width in (("greedy", 1), ("beam", config.evaluation.beam_width)):
+        translate(model, sources[:8], data, config, beam_width=width)  # compiles
+        started = time.perf_counter()
+        translate(model, sources, data, config, beam_width=width)
+        seconds = time.perf_counter() - started
+        figures[f"{name}_sentences_per_second"] = len(sources) / seconds
+    return figures
+
+
+def compare(recipe, configs, args) -> None:
+    """Each architecture trained once; the side-by-side table."""
+    rows = {}
+    for name, config in configs.items():
+        table, seconds, run_dir = train(
+            recipe, config, args.runs_root, args.max_minutes
+        )
+        report(name, table, seconds, run_dir, args.limit)
+        model = table["model"]
+        rows[name] = {
+            "bleu": model["bleu"],
+            "bleu_greedy": model["bleu_greedy"],
+            "chrf": model["chrf"],
+            **side_by_side_figures(recipe, config, run_dir, seconds),
+        }
+    print(f"\nhardware:       {hardware()}")
+    print(f"training pairs: {args.limit or FULL_TRAINING_PAIRS} (data.limit)")
+    print_side_by_side(rows, "one run each")
+
+
+SIDE_BY_SIDE = (
+    ("bleu", "test BLEU", ".2f"),
+    ("chrf", "test chrF", ".2f"),
+    ("bleu_greedy", "greedy BLEU", ".2f"),
+    ("parameters", "parameters", ",.0f"),
+    ("minutes_to_best", "min to best val", ".1f"),
+    ("greedy_sentences_per_second", "greedy sent/s", ".1f"),
+    ("beam_sentences_per_second", "beam sent/s", ".1f"),
+)
+
+
+def print_side_by_side(rows: dict, what: str) -> None:
+    """One column per architecture, one row per figure."""
+    names = list(rows)
+    print(f"\nside by side on test2016 ({what}):")
+    print(f"  {'':<18}" + "".join(f"{name:>14}" for name in names))
+    for key, label, spec in SIDE_BY_SIDE:
+        cells = [rows[name].get(key) for name in names]
+        text = [format(c, spec) if c is not None else "-" for c in cells]
+        print(f"  {label:<18}" + "".join(f"{t:>14}" for t in text))
+
+
+def mean_figures(ledger) -> dict:
+    """The mean of each test and side-by-side figure over the chosen runs."""
+    from selection import chosen_runs, mean_std
+
+    records = [record for _, record in chosen_runs(ledger)]
+    figures = {}
+    for key, _, _ in SIDE_BY_SIDE:
+        values = [
+            record["test"].get(key, record.get(key))
+            for record in records
+            if key in record["test"] or key in record
+        ]
+        if values:
+            figures[key] = mean_std(values)[0]
+    return figures
+
+
+def select(recipe, config, args, architecture="rnn", prefixed=False):
     """The --select protocol: see the module docstring and selection.py."""
     from selection import (
         chosen_runs,
@@ -172,8 +333,16 @@ def select(recipe, config, args) -> None:
 
     from rnnkit.training import runner
 
-    candidates = parse_candidates(args.candidates, CANDIDATES)
+    first = args.architectures.split(",")[0]
+    names = []
+    for item in filter(None, args.candidates.split(",")):
+        owner, _, name = item.rpartition(":")
+        if (owner or first) == architecture:
+            names.append(name)
+    pool = CANDIDATES[architecture]
+    candidates = parse_candidates(",".join(names or pool), pool)
     seeds = parse_seeds(args.seeds)
+    out = Path(args.out) / architecture if prefixed else Path(args.out)
 
     def train_one(name, overrides, seed, run_dir):
         run_config = config.with_values({**overrides, "train.seed": seed})
@@ -187,17 +356,19 @@ def select(recipe, config, args) -> None:
             "test": {k: test[k] for k in ("bleu", "bleu_greedy", "chrf") if k in test},
             "epochs": len(timer.seconds),
             "training_minutes": sum(timer.seconds) / 60,
+            **side_by_side_figures(recipe, run_config, run_dir, timer.seconds),
         }
 
     ledger = select_then_seeds(
         candidates,
         train_one,
         seeds,
-        Path(args.out),
+        out,
         criterion="bleu",
         settings=config.to_dict(),
     )
     print()
+    print(f"== {architecture} ==")
     print(f"hardware: {hardware()}")
     print(f"selection on val (seed {seeds[0]}; beam-search sacreBLEU):")
     print_validation(ledger, width=14, digits=2)
@@ -213,6 +384,7 @@ def select(recipe, config, args) -> None:
             f"{record['training_minutes']:10.1f}"
         )
     print_means(rows, ("bleu", "bleu_greedy", "chrf"), digits=2)
+    return ledger
 
 
 def choose_length_penalty(recipe, config, run_dir, alphas, limit) -> None:

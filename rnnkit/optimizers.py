@@ -1,4 +1,9 @@
-"""Optimizers for fine-tuning: Adam with a learning rate per layer.
+"""Optimizers and learning-rate schedules.
+
+`NoamSchedule` is the learning rate of the Transformer paper (Vaswani et al. 2017,
+section 5.3): a linear warm-up, then a decay with the inverse square root of the step.
+
+Optimizers for fine-tuning: Adam with a learning rate per layer.
 
 `LayerwiseAdam` is Keras' Adam with two changes that discriminative fine-tuning and
 gradual unfreezing (Howard & Ruder 2018, ULMFiT) need:
@@ -25,6 +30,7 @@ what `keras.optimizers.Adam` computes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import keras
@@ -111,3 +117,68 @@ class LayerwiseAdam(keras.optimizers.Adam):
         config["factors"] = dict(self.factors)
         config.pop("amsgrad", None)
         return config
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Warm-up, then inverse square-root decay (Vaswani et al. 2017, eq. 3).
+
+        lr(step) = scale * model_dim^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+
+    The rate rises linearly for `warmup_steps` steps, peaks at
+    `scale * (model_dim * warmup_steps)^-0.5`, then falls as 1 / sqrt(step). Steps
+    count from 1: the optimizer's first update (its `iterations` is 0) uses step 1.
+    `with_peak` gives the schedule whose peak is a chosen learning rate.
+
+    Args:
+        model_dim: d, the model size of the formula.
+        warmup_steps: steps of the linear warm-up. Defaults to 4000 (the paper's).
+        scale: factor on the whole formula. Defaults to 1 (the paper's).
+
+    Example:
+    >>> schedule = NoamSchedule(model_dim=512, warmup_steps=4000)
+    >>> round(float(schedule(3999)), 6)  # the peak, at step 4000
+    0.000699
+    >>> round(float(NoamSchedule.with_peak(1e-3, warmup_steps=100)(99)), 6)
+    0.001
+
+    Reference:
+        Vaswani et al. (2017), Attention Is All You Need, section 5.3.
+    """
+
+    def __init__(self, model_dim: int, warmup_steps: int = 4000, scale: float = 1.0):
+        for name, value in (("model_dim", model_dim), ("warmup_steps", warmup_steps)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"Argument `{name}` must be a positive integer, received "
+                    f"{name}={value!r}."
+                )
+        if not scale > 0:
+            raise ValueError(f"Argument `scale` must be > 0, received scale={scale!r}.")
+        self.model_dim = model_dim
+        self.warmup_steps = warmup_steps
+        self.scale = float(scale)
+
+    @classmethod
+    def with_peak(
+        cls, peak: float, warmup_steps: int, model_dim: int = 512
+    ) -> NoamSchedule:
+        """The schedule that reaches `peak` at step `warmup_steps` (its scale is
+        peak * sqrt(model_dim * warmup_steps), so `model_dim` cancels out)."""
+        return cls(model_dim, warmup_steps, peak * math.sqrt(model_dim * warmup_steps))
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        warmup = ops.cast(self.warmup_steps, "float32")
+        return (
+            self.scale
+            * self.model_dim**-0.5
+            * ops.minimum(ops.rsqrt(step), step * ops.power(warmup, -1.5))
+        )
+
+    def get_config(self) -> dict:
+        return {
+            "model_dim": self.model_dim,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+        }

@@ -29,13 +29,14 @@ def _errors(notebook) -> list:
 
 def test_the_course_is_there():
     names = [path.stem for path in NOTEBOOKS]
-    assert names[:6] == [
+    assert names[:7] == [
         "01_rnn_from_scratch",
         "02_bptt_and_gradients",
         "03_lstm_and_gru",
         "04_attention",
         "05_seq2seq_translation",
         "06_recipes_quickstart",
+        "07_from_attention_to_transformer",
     ], names
     assert SLOW <= set(names)
 

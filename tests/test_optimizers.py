@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.optimizers import LayerwiseAdam
+from rnnkit.optimizers import LayerwiseAdam, NoamSchedule
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
 
@@ -172,3 +172,30 @@ def test_it_saves_and_loads_with_a_model(tmp_path):
 def test_bad_arguments_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LayerwiseAdam(0.01, **kwargs)
+
+
+def test_noam_schedule_follows_the_papers_formula():
+    schedule = NoamSchedule(model_dim=256, warmup_steps=100, scale=2.0)
+    for iterations in (0, 1, 49, 99, 100, 101, 1000, 123456):
+        step = iterations + 1  # the paper counts steps from 1
+        expected = 2.0 * 256**-0.5 * min(step**-0.5, step * 100**-1.5)
+        assert float(schedule(iterations)) == pytest.approx(expected, rel=1e-6)
+    # Rising for warmup_steps steps, falling after.
+    rates = [float(schedule(i)) for i in range(300)]
+    assert np.argmax(rates) == 99
+    peaked = NoamSchedule.with_peak(5e-4, warmup_steps=40, model_dim=64)
+    assert float(peaked(39)) == pytest.approx(5e-4, rel=1e-6)
+    assert float(peaked(159)) == pytest.approx(5e-4 / 2, rel=1e-6)  # sqrt(40 / 160)
+
+
+def test_noam_schedule_round_trips_through_keras_serialization():
+    optimizer = keras.optimizers.Adam(NoamSchedule(128, 50, 0.5))
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    schedule = keras.optimizers.serialize(restored)["config"]["learning_rate"]
+    assert schedule["class_name"] == "NoamSchedule"
+    assert schedule["config"] == {"model_dim": 128, "warmup_steps": 50, "scale": 0.5}
+    # At the first step, the restored optimizer's rate is the schedule's.
+    expected = 0.5 * 128**-0.5 * 50**-1.5
+    assert float(restored.learning_rate) == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        NoamSchedule(128, 0)

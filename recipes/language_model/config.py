@@ -62,10 +62,21 @@ class LanguageModelDataConfig(DataConfig):
 
 @dataclasses.dataclass
 class LanguageModelModelConfig(ModelConfig):
+    architecture: str = field(
+        "rnn",
+        help="rnn: stacked recurrent layers (cell_type, embedding_dim, units, "
+        "init_scale); transformer: causal Transformer blocks reading windows of "
+        "train.bptt tokens, nothing carried between them (model_dim, num_heads, "
+        "feedforward_dim, norm_first, positional_encoding). Both read num_layers, "
+        "dropout, tie_weights and unigram_bias.",
+        choices=("rnn", "transformer"),
+    )
     cell_type: str = field("lstm", help="Recurrent cell.", choices=recurrent_names())
     embedding_dim: int = field(64, help="Size of the token embeddings.", at_least=1)
     units: int = field(256, help="Units per recurrent layer.", at_least=1)
-    num_layers: int = field(1, help="Stacked recurrent layers.", at_least=1)
+    num_layers: int = field(
+        1, help="Stacked recurrent layers (or Transformer blocks).", at_least=1
+    )
     dropout: float = field(
         0.0,
         help="Dropout on embeddings, between layers and before the output.",
@@ -74,14 +85,32 @@ class LanguageModelModelConfig(ModelConfig):
     )
     tie_weights: bool = field(
         False,
-        help="Output projection = transposed embedding matrix (needs units == "
-        "embedding_dim).",
+        help="Output projection = transposed embedding matrix (the RNN needs units "
+        "== embedding_dim).",
     )
     init_scale: float = field(
         0.0,
         help="Uniform initialisation in [-init_scale, init_scale] of every weight "
         "(0: Keras defaults).",
         at_least=0.0,
+    )
+    model_dim: int = field(
+        256, help="Transformer: d, the size of embeddings and blocks.", at_least=1
+    )
+    num_heads: int = field(
+        8, help="Transformer: attention heads (must divide model_dim).", at_least=1
+    )
+    feedforward_dim: int = field(
+        1024, help="Transformer: inner size of the feed-forward sublayers.", at_least=1
+    )
+    norm_first: bool = field(
+        True,
+        help="Transformer: pre-norm blocks and a final LayerNorm (false: post-norm).",
+    )
+    positional_encoding: str = field(
+        "sinusoidal",
+        help="Transformer: fixed sinusoids or learned position embeddings.",
+        choices=("sinusoidal", "learned"),
     )
     unigram_bias: bool = field(
         True,
@@ -90,19 +119,52 @@ class LanguageModelModelConfig(ModelConfig):
     )
 
 
+# The model fields each architecture reads (the others are left alone).
+SHARED_MODEL_FIELDS = ("num_layers", "dropout", "tie_weights")
+RNN_MODEL_FIELDS = ("cell_type", "embedding_dim", "units", "init_scale")
+TRANSFORMER_MODEL_FIELDS = (
+    "model_dim",
+    "num_heads",
+    "feedforward_dim",
+    "norm_first",
+    "positional_encoding",
+)
+
+
+def carries_state(config) -> bool:
+    """Whether training carries recurrent state from batch to batch (truncated
+    BPTT): an RNN in train.mode "truncated"; never the Transformer."""
+    return config.train.mode == "truncated" and config.model.architecture == "rnn"
+
+
 @dataclasses.dataclass
 class LanguageModelTrainConfig(TrainConfig):
     mode: str = field(
         "truncated",
         help="truncated: streams read in order, state carried across batches; "
         "independent: the same windows, each from a zero state (shuffled if "
-        "train.shuffle).",
+        "train.shuffle). The Transformer carries nothing: it always reads "
+        "independent windows.",
         choices=("truncated", "independent"),
     )
-    bptt: int = field(64, help="Time steps per window (truncated BPTT).", at_least=1)
+    bptt: int = field(
+        64,
+        help="Time steps per window (truncated BPTT; the Transformer's context).",
+        at_least=1,
+    )
     optimizer: str = field("adam", help="Optimizer.", choices=("adam", "sgd"))
     clipnorm: float = field(
         1.0, help="Clip the gradients' global norm to this (0: no clip).", at_least=0.0
+    )
+    lr_schedule: str = field(
+        "constant",
+        help="constant: train.learning_rate (times lr_decay per epoch after "
+        "decay_after); noam: the Transformer paper's warm-up then 1/sqrt(step) "
+        "decay, peaking at train.learning_rate after train.warmup_steps steps.",
+        choices=("constant", "noam"),
+    )
+    warmup_steps: int = field(
+        4000, help="noam: steps of the linear warm-up.", at_least=1
     )
     decay_after: int = field(
         0,

@@ -170,18 +170,20 @@ def check_vocabulary_fits(
 def windows(ids: np.ndarray, config: LanguageModelConfig, training: bool):
     """A `tf.data` dataset of (inputs, targets) batches of (batch_size, bptt) ids.
 
-    Truncated BPTT ("truncated"): batch w holds window w of every stream, in order,
-    never shuffled. Independent windows ("independent"): the same windows, shuffled
-    for training with `train.seed` (reshuffled every epoch) when `train.shuffle`.
+    Truncated BPTT ("truncated", an RNN): batch w holds window w of every stream, in
+    order, never shuffled. Independent windows ("independent", and always for the
+    Transformer): the same windows, shuffled for training with `train.seed`
+    (reshuffled every epoch) when `train.shuffle`.
     """
     import tensorflow as tf
+    from rnnkit_recipes.language_model.config import carries_state
 
     from rnnkit.data.token_stream import stream_windows
 
     train = config.train
     inputs, targets = stream_windows(ids, train.batch_size, train.bptt)
     dataset = tf.data.Dataset.from_tensor_slices((inputs, targets))
-    if training and train.mode == "independent" and train.shuffle:
+    if training and not carries_state(config) and train.shuffle:
         dataset = dataset.shuffle(len(inputs), seed=train.seed)
     return dataset.batch(train.batch_size, drop_remainder=True).prefetch(2)
 

@@ -43,7 +43,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from rnnkit_recipes.language_model.config import LanguageModelConfig
+from rnnkit_recipes.language_model.config import (
+    RNN_MODEL_FIELDS,
+    SHARED_MODEL_FIELDS,
+    TRANSFORMER_MODEL_FIELDS,
+    LanguageModelConfig,
+    carries_state,
+)
 
 from rnnkit.recipe import (
     ConfigError,
@@ -99,7 +105,7 @@ class LanguageModelRecipe(Recipe):
         return loaded
 
     def single_device(self, config: LanguageModelConfig) -> str | None:
-        if config.train.mode == "truncated":
+        if carries_state(config):
             return (
                 "train.mode=truncated carries each stream's state from batch to "
                 "batch in one device's stateful layers, which rnnkit does not split "
@@ -115,10 +121,11 @@ class LanguageModelRecipe(Recipe):
         from rnnkit_recipes.language_model import baselines
 
         from rnnkit.models.language_model import LanguageModel
+        from rnnkit.models.transformer_language_model import TransformerLanguageModel
 
         _check(config)
         train = config.train
-        truncated = train.mode == "truncated"
+        truncated = carries_state(config)
         if truncated and keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
@@ -126,15 +133,23 @@ class LanguageModelRecipe(Recipe):
                 # A strategy passed to runner.run directly (the CLI refuses earlier).
                 raise ConfigError(f"{self.single_device(config)}; use --strategy one")
         options = dataclasses.asdict(config.model)
-        unigram_bias = options.pop("unigram_bias")
-        model = LanguageModel(
-            data.tokens,
-            stateful=truncated,
-            batch_size=train.batch_size if truncated else None,
-            seed=train.seed,
-            **options,
-        )
+        if config.model.architecture == "transformer":
+            model = TransformerLanguageModel(
+                data.tokens,
+                context_length=train.bptt,
+                seed=train.seed,
+                **_model_options(options, TRANSFORMER_MODEL_FIELDS),
+            )
+        else:
+            model = LanguageModel(
+                data.tokens,
+                stateful=truncated,
+                batch_size=train.batch_size if truncated else None,
+                seed=train.seed,
+                **_model_options(options, RNN_MODEL_FIELDS),
+            )
         model.build()
+        unigram_bias = config.model.unigram_bias
         if unigram_bias:  # start from the unigram baseline, not from uniform
             size = len(data.tokens)
             frequencies = baselines.unigram_probabilities(data.train_ids, size)
@@ -156,7 +171,7 @@ class LanguageModelRecipe(Recipe):
         self, config: LanguageModelConfig, data: LanguageModelData
     ) -> list[keras.callbacks.Callback]:
         callbacks = []
-        if config.train.mode == "truncated":
+        if carries_state(config):
             callbacks.append(reset_states_callback())
         self._spectral_tracker = None
         if config.train.spectral_norm_every:
@@ -171,6 +186,21 @@ class LanguageModelRecipe(Recipe):
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: LanguageModelConfig
     ) -> LanguageModelConfig:
+        if config.model.architecture == "transformer":
+            return config.with_values(
+                {
+                    "model.model_dim": hp.Choice("model_dim", [128, 256, 512]),
+                    "model.num_heads": hp.Choice("num_heads", [4, 8]),
+                    "model.feedforward_dim": hp.Choice(
+                        "feedforward_dim", [512, 1024, 2048]
+                    ),
+                    "model.num_layers": hp.Int("num_layers", 2, 6, step=2),
+                    "model.dropout": hp.Choice("dropout", [0.0, 0.1, 0.2]),
+                    "train.learning_rate": hp.Float(
+                        "learning_rate", 1e-4, 1e-3, sampling="log"
+                    ),
+                }
+            )
         return config.with_values(
             {
                 "model.cell_type": hp.Choice("cell_type", ["lstm", "gru"]),
@@ -198,9 +228,14 @@ class LanguageModelRecipe(Recipe):
             : test_streams * ((len(data.test_ids) - 1) // test_streams) + 1
         ]
         test_nats = mean_cross_entropy(model, data.test_ids, streams, bptt)
-        reset_nats = mean_cross_entropy(
-            model, data.test_ids, streams, bptt, carry_state=False
-        )
+        # The Transformer carries nothing from window to window: its figure is
+        # already the one with the state reset.
+        reset = {}
+        if getattr(model, "architecture", "rnn") == "rnn":
+            reset_nats = mean_cross_entropy(
+                model, data.test_ids, streams, bptt, carry_state=False
+            )
+            reset = {"perplexity_state_reset": math.exp(reset_nats)}
         validation_nats = mean_cross_entropy(model, data.validation_ids, streams, bptt)
         vocabulary_size = len(data.tokens)
         unigram = baselines.unigram_cross_entropy(
@@ -222,11 +257,7 @@ class LanguageModelRecipe(Recipe):
             return {**figures, **extra}
 
         return {
-            "model": row(
-                test_nats,
-                perplexity_state_reset=math.exp(reset_nats),
-                val_perplexity=math.exp(validation_nats),
-            ),
+            "model": row(test_nats, **reset, val_perplexity=math.exp(validation_nats)),
             "unigram": row(unigram),
             "bigram_add_k": row(bigram),
         }
@@ -266,9 +297,25 @@ def _prompts(inputs: Sequence[str]) -> list[str]:
     return read_inputs(inputs, "give a prompt to continue, e.g. 'the time traveller'")
 
 
+def _model_options(options: dict, names: tuple[str, ...]) -> dict:
+    """The model section's fields that the architecture's constructor takes."""
+    return {name: options[name] for name in (*SHARED_MODEL_FIELDS, *names)}
+
+
 def _check(config: LanguageModelConfig) -> None:
     model = config.model
-    if model.tie_weights and model.units != model.embedding_dim:
+    if model.architecture == "transformer":
+        if model.model_dim % model.num_heads:
+            raise ConfigError(
+                f"model.num_heads={model.num_heads} must divide "
+                f"model.model_dim={model.model_dim}"
+            )
+        if config.train.spectral_norm_every:
+            raise ConfigError(
+                "train.spectral_norm_every records the recurrent kernels' sigma_max, "
+                "and the Transformer has none; set it to 0"
+            )
+    elif model.tie_weights and model.units != model.embedding_dim:
         raise ConfigError(
             "model.tie_weights needs model.units == model.embedding_dim, got "
             f"{model.units} and {model.embedding_dim}"
@@ -290,12 +337,21 @@ def _check(config: LanguageModelConfig) -> None:
 
 
 def learning_rate_schedule(config: LanguageModelConfig, steps_per_epoch: int):
-    """The learning rate: constant, or Zaremba et al.'s schedule as a Keras
+    """The learning rate: constant, Zaremba et al.'s schedule as a Keras
     `PiecewiseConstantDecay` over optimizer steps (constant for `decay_after`
-    epochs, then times `lr_decay` per epoch)."""
+    epochs, then times `lr_decay` per epoch), or the noam warm-up and decay."""
     import keras
 
+    from rnnkit.optimizers import NoamSchedule
+
     train = config.train
+    if train.lr_schedule == "noam":
+        model_dim = config.model.model_dim
+        if config.model.architecture == "rnn":
+            model_dim = config.model.units
+        return NoamSchedule.with_peak(
+            train.learning_rate, train.warmup_steps, model_dim=model_dim
+        )
     if train.lr_decay == 1.0:
         return train.learning_rate
     # Epoch e (from 0) trains at learning_rate * lr_decay ** max(e + 1 - decay_after, 0)

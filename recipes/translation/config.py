@@ -108,13 +108,25 @@ class TranslationDataConfig(DataConfig):
 
 @dataclasses.dataclass
 class TranslationModelConfig(ModelConfig):
+    architecture: str = field(
+        "rnn",
+        help="rnn: the attentive RNN encoder-decoder (cell_type, embedding_dim, "
+        "units, attention, ...); transformer: the Transformer of Vaswani et al. "
+        "(model_dim, num_heads, feedforward_dim, norm_first, ...). Both read "
+        "encoder_layers, decoder_layers and dropout.",
+        choices=("rnn", "transformer"),
+    )
     cell_type: str = field("gru", help="Recurrent cell.", choices=recurrent_names())
     embedding_dim: int = field(128, help="Size of the token embeddings.", at_least=1)
     units: int = field(
         256, help="Units per recurrent layer (per direction).", at_least=1
     )
-    encoder_layers: int = field(1, help="Stacked encoder layers.", at_least=1)
-    decoder_layers: int = field(1, help="Stacked decoder cells.", at_least=1)
+    encoder_layers: int = field(
+        1, help="Stacked encoder layers (RNN layers or Transformer blocks).", at_least=1
+    )
+    decoder_layers: int = field(
+        1, help="Stacked decoder cells (or Transformer blocks).", at_least=1
+    )
     bidirectional: bool = field(True, help="Read the source in both directions.")
     attention: str = field(
         "bahdanau",
@@ -124,10 +136,16 @@ class TranslationModelConfig(ModelConfig):
     attention_units: int | None = field(
         None, help="Size of the Bahdanau scoring layer (none: model.units).", at_least=1
     )
-    num_heads: int = field(4, help="Heads of multihead attention.", at_least=1)
+    num_heads: int = field(
+        4,
+        help="Heads of multihead attention, or of every Transformer block (must "
+        "divide model_dim).",
+        at_least=1,
+    )
     dropout: float = field(
         0.2,
-        help="Dropout on embeddings, between layers, output.",
+        help="Dropout on embeddings, between layers, output (Transformer: also on "
+        "every sublayer's output, the attention weights and the feed-forward layer).",
         at_least=0.0,
         below=1.0,
     )
@@ -137,12 +155,70 @@ class TranslationModelConfig(ModelConfig):
     reverse_source: bool = field(
         False, help="Read the source backwards (Sutskever et al. 2014)."
     )
+    model_dim: int = field(
+        256, help="Transformer: d, the size of embeddings and blocks.", at_least=1
+    )
+    feedforward_dim: int = field(
+        1024, help="Transformer: inner size of the feed-forward sublayers.", at_least=1
+    )
+    norm_first: bool = field(
+        True,
+        help="Transformer: pre-norm blocks, x + f(LayerNorm(x)), and a final "
+        "LayerNorm (false: the paper's post-norm, LayerNorm(x + f(x))).",
+    )
+    positional_encoding: str = field(
+        "sinusoidal",
+        help="Transformer: fixed sinusoids or learned position embeddings.",
+        choices=("sinusoidal", "learned"),
+    )
+    max_positions: int = field(
+        512,
+        help="Transformer, learned positions: positions embedded (later ones share "
+        "the last).",
+        at_least=1,
+    )
+    tie_embeddings: bool = field(
+        True,
+        help="Transformer: the output projection is the transposed target embedding.",
+    )
+
+
+# The model fields each architecture reads (the others are left alone).
+SHARED_MODEL_FIELDS = ("encoder_layers", "decoder_layers", "dropout", "num_heads")
+RNN_MODEL_FIELDS = (
+    "cell_type",
+    "embedding_dim",
+    "units",
+    "bidirectional",
+    "attention",
+    "attention_units",
+    "input_feeding",
+    "reverse_source",
+)
+TRANSFORMER_MODEL_FIELDS = (
+    "model_dim",
+    "feedforward_dim",
+    "norm_first",
+    "positional_encoding",
+    "max_positions",
+    "tie_embeddings",
+)
 
 
 @dataclasses.dataclass
 class TranslationTrainConfig(TrainConfig):
     clipnorm: float = field(
         1.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
+    )
+    lr_schedule: str = field(
+        "constant",
+        help="constant: train.learning_rate throughout; noam: the Transformer "
+        "paper's warm-up then 1/sqrt(step) decay, peaking at train.learning_rate "
+        "after train.warmup_steps steps.",
+        choices=("constant", "noam"),
+    )
+    warmup_steps: int = field(
+        4000, help="noam: steps of the linear warm-up.", at_least=1
     )
     label_smoothing: float = field(
         0.0,
@@ -173,6 +249,12 @@ class TranslationEvaluationConfig(EvaluationConfig):
     decode_batch_size: int = field(64, help="Sentences decoded together.", at_least=1)
     heatmaps: int = field(
         3, help="Attention heatmaps of test sentences in plots/.", at_least=0
+    )
+    heatmap_heads: str = field(
+        "mean",
+        help="Transformer: heatmaps of the last block's cross-attention averaged "
+        "over the heads, or also one per head (each).",
+        choices=("mean", "each"),
     )
 
 

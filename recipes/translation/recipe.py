@@ -1,7 +1,10 @@
-"""Translation: an RNN encoder-decoder with attention, decoded by beam search.
+"""Translation: an RNN encoder-decoder with attention or a Transformer, decoded by
+beam search.
 
 `rnnkit run translation` trains `rnnkit.models.EncoderDecoder` (a bidirectional rnnkit
 GRU encoder, a GRU decoder with Bahdanau attention and input feeding, teacher forcing)
+or, with `model.architecture = "transformer"`,
+`rnnkit.models.TransformerEncoderDecoder` (decoded with its key/value cache),
 on the English-Spanish Anki/Tatoeba pairs or on local parallel files such as Multi30k,
 then translates the test split with greedy and beam search and scores it with
 sacreBLEU (BLEU and chrF on detokenised text). Token accuracy and perplexity are
@@ -39,12 +42,12 @@ log = logging.getLogger("rnnkit")
 
 
 class TranslationRecipe(Recipe):
-    """Attentive RNN encoder-decoder translating sentences."""
+    """Attentive RNN encoder-decoder or Transformer translating sentences."""
 
     name = "translation"
     summary = (
         "Translate sentences (Anki en-es, Multi30k de-en): rnnkit GRU/LSTM "
-        "encoder-decoder with attention, beam search, sacreBLEU"
+        "encoder-decoder with attention or Transformer, beam search, sacreBLEU"
     )
     Config = TranslationConfig
     predict_options: ClassVar[dict[str, str]] = {
@@ -66,23 +69,45 @@ class TranslationRecipe(Recipe):
         self, config: TranslationConfig, data: TranslationData
     ) -> keras.Model:
         import keras
+        from rnnkit_recipes.translation.config import (
+            RNN_MODEL_FIELDS,
+            SHARED_MODEL_FIELDS,
+            TRANSFORMER_MODEL_FIELDS,
+        )
 
         from rnnkit.data.parallel_text import PAD_ID
         from rnnkit.losses import SparseLabelSmoothingCrossentropy
         from rnnkit.models.encoder_decoder import EncoderDecoder
+        from rnnkit.models.transformer_encoder_decoder import (
+            TransformerEncoderDecoder,
+        )
+        from rnnkit.optimizers import NoamSchedule
 
         _check(config)
-        # The model section's fields are the constructor's arguments, name for name.
-        model = EncoderDecoder(
+        # The model section's fields of the architecture are the constructor's
+        # arguments, name for name.
+        transformer = config.model.architecture == "transformer"
+        model_class = TransformerEncoderDecoder if transformer else EncoderDecoder
+        names = TRANSFORMER_MODEL_FIELDS if transformer else RNN_MODEL_FIELDS
+        options = dataclasses.asdict(config.model)
+        model = model_class(
             data.source_vocabulary.tokens,
             data.target_vocabulary.tokens,
             seed=config.train.seed,
-            **dataclasses.asdict(config.model),
+            **{name: options[name] for name in (*SHARED_MODEL_FIELDS, *names)},
         )
         model.build()
+        train = config.train
+        learning_rate = train.learning_rate
+        if train.lr_schedule == "noam":
+            learning_rate = NoamSchedule.with_peak(
+                train.learning_rate,
+                train.warmup_steps,
+                model_dim=config.model.model_dim if transformer else config.model.units,
+            )
         model.compile(
             optimizer=keras.optimizers.Adam(
-                config.train.learning_rate, clipnorm=config.train.clipnorm or None
+                learning_rate, clipnorm=config.train.clipnorm or None
             ),
             loss=SparseLabelSmoothingCrossentropy(
                 config.train.label_smoothing, from_logits=True, ignore_class=PAD_ID
@@ -93,6 +118,23 @@ class TranslationRecipe(Recipe):
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: TranslationConfig
     ) -> TranslationConfig:
+        if config.model.architecture == "transformer":
+            return config.with_values(
+                {
+                    "model.model_dim": hp.Choice("model_dim", [128, 256, 512]),
+                    "model.num_heads": hp.Choice("num_heads", [4, 8]),
+                    "model.feedforward_dim": hp.Choice(
+                        "feedforward_dim", [512, 1024, 2048]
+                    ),
+                    "model.encoder_layers": hp.Int("encoder_layers", 2, 6, step=2),
+                    "model.decoder_layers": hp.Int("decoder_layers", 2, 6, step=2),
+                    "model.dropout": hp.Choice("dropout", [0.1, 0.2, 0.3]),
+                    "train.learning_rate": hp.Float(
+                        "learning_rate", 1e-4, 1e-3, sampling="log"
+                    ),
+                    "train.warmup_steps": hp.Choice("warmup_steps", [1000, 2000, 4000]),
+                }
+            )
         return config.with_values(
             {
                 "model.cell_type": hp.Choice("cell_type", ["gru", "lstm"]),
@@ -214,11 +256,13 @@ class TranslationRecipe(Recipe):
         from rnnkit_recipes.translation.decode import search, source_tokens
 
         from rnnkit import plots
-        from rnnkit.data.parallel_text import UNK
+        from rnnkit.data.parallel_text import UNK, UNK_ID
 
         count = min(config.evaluation.heatmaps, len(data.test_pairs))
-        if model.attention == "none" or count == 0:
+        if getattr(model, "attention", None) == "none" or count == 0:
             return
+        transformer = getattr(model, "architecture", "rnn") == "transformer"
+        what = "cross-attention of the last block, mean of the heads, " * transformer
         sentences = [source for source, _ in data.test_pairs[:count]]
         source_words = [source_tokens(s, data.text_options) for s in sentences]
         result = search(
@@ -239,9 +283,41 @@ class TranslationRecipe(Recipe):
                 tokens,
                 target,
                 plot_dir / f"attention_{row + 1}.png",
-                title=f"test sentence {row + 1}, beam search "
+                title=f"test sentence {row + 1}, {what}beam search "
                 f"(width {config.evaluation.beam_width})",
             )
+            if transformer and config.evaluation.heatmap_heads == "each":
+                _head_heatmaps(
+                    model,
+                    result.tokens[row, 0, :length],
+                    data.source_vocabulary.encode(words) or [UNK_ID],
+                    tokens,
+                    target,
+                    plot_dir / f"attention_{row + 1}_heads",
+                    f"test sentence {row + 1}",
+                )
+
+
+def _head_heatmaps(model, target_ids, source_ids, tokens, target, folder, title):
+    """One heatmap per cross-attention head of the last decoder block, from the
+    decoder run on the translation behind the start token (what the search saw)."""
+    import numpy as np
+
+    from rnnkit import plots
+    from rnnkit.data.parallel_text import START_ID
+
+    target_in = np.asarray([[START_ID, *target_ids[:-1]]], "int32")
+    weights = np.asarray(
+        model.cross_attention_weights(np.asarray([source_ids], "int32"), target_in)
+    )[0]  # (heads, target length, source length)
+    for head, head_weights in enumerate(weights, start=1):
+        plots.attention_heatmap(
+            head_weights[: len(target), : len(tokens)],
+            tokens,
+            target,
+            folder / f"head_{head}.png",
+            title=f"{title}, last block's cross-attention, head {head}",
+        )
 
 
 def _check(config: TranslationConfig) -> None:
@@ -262,7 +338,16 @@ def _check(config: TranslationConfig) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be at least 1, got {value}")
-    if model.attention == "multihead" and model.units % model.num_heads:
+    if model.architecture == "transformer":
+        for key in ("model.model_dim", "model.feedforward_dim", "model.max_positions"):
+            if config.get(key) < 1:
+                raise ConfigError(f"{key} must be at least 1, got {config.get(key)}")
+        if model.model_dim % model.num_heads:
+            raise ConfigError(
+                f"model.num_heads={model.num_heads} must divide "
+                f"model.model_dim={model.model_dim}"
+            )
+    elif model.attention == "multihead" and model.units % model.num_heads:
         raise ConfigError(
             f"model.num_heads={model.num_heads} must divide model.units={model.units}"
         )

@@ -15,6 +15,7 @@ from rnnkit.decoding.search import (
     SearchResult,
     _attention_length,
     _decoder_weights,
+    _initial_state,
     _length_limits,
     _next_token_log_probs,
     _run,
@@ -92,7 +93,7 @@ def _beam(model, source_ids, settings: _Settings):
     source_length = _attention_length(model, memory, source_length)
     # Every sentence's memory repeated beam_width times: row b * beam_width + k.
     memory = tree.map_structure(lambda x: ops.repeat(x, beam_width, axis=0), memory)
-    state = model.initial_decoder_state(memory)
+    state = _initial_state(model, memory, max_steps)
     decoder_weights = _decoder_weights(model)
     # Row offsets that turn (batch, beam) parent indices into rows of the folded batch.
     row_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beam_width

@@ -13,6 +13,7 @@ from rnnkit.decoding.search import (
     SearchResult,
     _attention_length,
     _decoder_weights,
+    _initial_state,
     _length_limits,
     _next_token_log_probs,
     _run,
@@ -76,7 +77,7 @@ def _greedy(model, source_ids, settings: _Settings):
     limits, max_steps, source_length = _length_limits(source_ids, settings)
     memory = model.encode(source_ids, training=False)
     source_length = _attention_length(model, memory, source_length)
-    state = model.initial_decoder_state(memory)
+    state = _initial_state(model, memory, max_steps)
     decoder_weights = _decoder_weights(model)
 
     def step(t, tokens, state, finished, log_prob, lengths, sequence, attention):

@@ -18,6 +18,11 @@ A model may also offer `decoder_weights() -> weights` and take them as
 variables but does not change (the rnnkit cells' kernels split per gate), computed once
 per search before the time loop instead of once per step.
 
+A model whose decoder state grows with the output, such as the key/value cache of
+`rnnkit.models.TransformerEncoderDecoder`, takes the number of steps the search may
+run as `initial_decoder_state(memory, max_length)`, so that the state keeps its
+shape through the time loop; beam search reorders it with the beams like any state.
+
 A model whose attention does not run over the source tokens (an image captioner attends
 over the positions of a feature map) also offers `attention_length(memory) -> int`, the
 number of positions its weights cover. Such a source need not be token ids: with
@@ -42,6 +47,7 @@ is exactly greedy search.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import weakref
 from collections.abc import Callable
@@ -195,6 +201,15 @@ def _attention_length(model, memory, source_length):
     if hasattr(model, "attention_length"):
         return model.attention_length(memory)
     return source_length
+
+
+def _initial_state(model, memory, max_steps):
+    """`initial_decoder_state(memory)`, with `max_length=max_steps` for a model whose
+    state holds one slot per generated token."""
+    parameters = inspect.signature(model.initial_decoder_state).parameters
+    if "max_length" in parameters:
+        return model.initial_decoder_state(memory, max_length=max_steps)
+    return model.initial_decoder_state(memory)
 
 
 def _decoder_weights(model):

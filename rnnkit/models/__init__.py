@@ -9,4 +9,6 @@ from rnnkit.models import (
     image_captioner,
     language_model,
     sequence_classifier,
+    transformer_encoder_decoder,
+    transformer_language_model,
 )

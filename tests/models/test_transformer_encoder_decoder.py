@@ -1,0 +1,122 @@
+"""Tests for rnnkit.models.TransformerEncoderDecoder (the cached decoding against full
+recomputation is in tests/decoding/test_transformer_cache.py)."""
+
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.models.transformer_encoder_decoder import TransformerEncoderDecoder
+
+SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 0, 0, 0]])
+TARGET_IN = np.array([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
+
+
+def tiny_model(seed=1, **kwargs):
+    keras.utils.set_random_seed(seed)
+    arguments = dict(model_dim=16, num_heads=4, feedforward_dim=32, dropout=0.0)
+    model = TransformerEncoderDecoder(20, 12, **{**arguments, **kwargs})
+    model.build()
+    return model
+
+
+def logits_of(model, source=SOURCE, target_in=TARGET_IN):
+    return keras.ops.convert_to_numpy(model({"source": source, "target_in": target_in}))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"norm_first": False, "positional_encoding": "learned"}],
+)
+def test_padding_and_the_future_are_invisible(kwargs):
+    model = tiny_model(**kwargs)
+    logits = logits_of(model)
+    # More source padding, and other tokens behind it: nothing changes.
+    padded = np.concatenate([SOURCE, np.zeros((2, 3), "int64")], axis=1)
+    np.testing.assert_allclose(logits_of(model, source=padded), logits, atol=1e-5)
+    # Changing target token t changes the logits of positions >= t only.
+    changed = TARGET_IN.copy()
+    changed[0, 3] = 11
+    other = logits_of(model, target_in=changed)
+    np.testing.assert_allclose(other[:, :3], logits[:, :3], atol=1e-5)
+    assert np.abs(other[0, 3:] - logits[0, 3:]).max() > 1e-3
+
+
+def test_cross_attention_heads_are_distributions_over_real_source_tokens():
+    model = tiny_model()
+    weights = keras.ops.convert_to_numpy(
+        model.cross_attention_weights(SOURCE, TARGET_IN)
+    )
+    assert weights.shape == (2, 4, 5, 6)  # (batch, heads, target, source)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.all(weights[0, :, :, 4:] == 0.0) and np.all(weights[1, :, :, 3:] == 0.0)
+    # The heads look at the source differently.
+    assert np.abs(weights[:, 0] - weights[:, 1]).max() > 1e-3
+
+
+def test_tied_embeddings_share_the_output_weights():
+    tied, untied = tiny_model(), tiny_model(tie_embeddings=False)
+    # The untied model has a (16, 12) kernel where the tied one reuses the
+    # target embedding; both have a (12,) bias.
+    assert untied.count_params() - tied.count_params() == 16 * 12
+
+
+def test_saved_model_keeps_vocabularies_and_outputs(tmp_path):
+    source_tokens = ["", "[UNK]"] + [f"s{i}" for i in range(18)]
+    target_tokens = ["", "[UNK]", "[START]", "[END]"] + [f"t{i}" for i in range(8)]
+    keras.utils.set_random_seed(4)
+    model = TransformerEncoderDecoder(
+        source_tokens, target_tokens, model_dim=16, num_heads=2, feedforward_dim=32,
+        positional_encoding="learned", max_positions=64,
+    )  # fmt: skip
+    model.build()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    script = textwrap.dedent(
+        f"""
+        import keras, numpy as np
+        import rnnkit.models  # registers the classes
+        model = keras.saving.load_model({str(path)!r}, safe_mode=True)
+        assert model.target_tokens[3] == "[END]" and len(model.source_tokens) == 20
+        logits = model({{"source": np.array({SOURCE.tolist()}),
+                        "target_in": np.array({TARGET_IN.tolist()})}})
+        np.save({str(tmp_path / "logits.npy")!r}, keras.ops.convert_to_numpy(logits))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "logits.npy"), logits_of(model), atol=1e-6
+    )
+
+
+def test_a_few_steps_of_training_reduce_the_loss():
+    model = tiny_model(dropout=0.1)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=0
+        ),
+    )
+    target_out = np.array([[4, 5, 6, 7, 3], [8, 9, 3, 0, 0]])
+    inputs = {"source": SOURCE, "target_in": TARGET_IN}
+    history = model.fit(inputs, target_out, epochs=15, verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(model_dim=10, num_heads=4), "num_heads"),
+        (dict(feedforward_dim=0), "feedforward_dim"),
+        (dict(positional_encoding="rotary"), "positional_encoding"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(encoder_layers=0), "encoder_layers"),
+    ],
+)
+def test_argument_errors(kwargs, message):
+    arguments = dict(source_vocabulary=20, target_vocabulary=12)
+    with pytest.raises(ValueError, match=message):
+        TransformerEncoderDecoder(**{**arguments, **kwargs})
