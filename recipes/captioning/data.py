@@ -15,12 +15,17 @@ Images named by a split but absent from the image source are counted and reporte
 per split, then skipped; an image that cannot be decoded is reported by name and
 skipped; a damaged member of an image zip stops loading with an error that names it.
 Only `{split}` is replaced in `data.path` and `data.images`: other braces are part of
-the name. Images are decoded with Pillow in a thread pool and resized (squashed) to
-`model.image_size` squares (`images.py`). Captions are lower-cased and tokenised into
-words; the vocabulary (words seen `data.min_frequency` times in training, `<unk>` for
-the rest) is built from the training captions. With a frozen encoder the annotation
-vectors of every image are computed once and cached on disk per (encoder, image size,
-encoder weights, image), so later runs and tuning trials skip the CNN.
+the name. COCO files given per split must not share an image.
+
+No split is ever held in memory as images. Each image is read once to take the digest
+of its bytes; the images the on-disk store lacks are decoded (Pillow, in parallel
+through `tf.data`), squashed to `model.image_size` squares and turned into rows of a
+content-keyed store (features.py, store.py): a frozen encoder's float16 annotation
+vectors, or, for a trainable encoder, the decoded pixels. Training, evaluation and the
+plots read the rows from disk, a batch at a time. Later runs and tuning trials find
+the rows by content and skip the decoding and the CNN. Captions are lower-cased and
+tokenised into words; the vocabulary (words seen `data.min_frequency` times in
+training, `<unk>` for the rest) is built from the training captions.
 """
 
 from __future__ import annotations
@@ -39,10 +44,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rnnkit_recipes.captioning.images import (
+    DecodedImages,
     ImageSource,
-    decode_images,
     find_image_source,
 )
+from rnnkit_recipes.captioning.store import Rows
 
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
@@ -81,11 +87,12 @@ def tokenize(caption: str) -> list[str]:
 @dataclasses.dataclass
 class Split:
     """One split: image names, their caption tokens and model inputs (one row per
-    image: `(n, size, size, 3)` uint8 images, or `(n, L, D)` cached features)."""
+    image, read from disk when indexed: `(n, size, size, 3)` uint8 images, or
+    `(n, L, D)` float16 cached features)."""
 
     names: list[str]
     captions: list[list[list[str]]]
-    inputs: np.ndarray
+    inputs: Rows
 
 
 @dataclasses.dataclass
@@ -95,13 +102,14 @@ class CaptionData(RecipeData):
 
     `input_key` is "image" or "features" (cached annotation vectors of a frozen
     encoder); `splits` holds the unbatched train / validation / test images with all
-    their captions; `test_images` the test images as pixels, for the plots.
+    their captions; `test_images` the test images as pixels (`test_images[i]`,
+    decoded or read when indexed), for the plots.
     """
 
     vocabulary: list[str]
     splits: dict[str, Split]
     input_key: str
-    test_images: np.ndarray
+    test_images: Sequence[np.ndarray]
     encoder_weights: list[np.ndarray] | None
     source: str
 
@@ -197,8 +205,9 @@ def read_flickr8k(
 
 def read_coco(
     config: CaptioningConfig,
-) -> tuple[dict[str, list[str]], dict[str, list[str]], ImageSource | dict]:
-    """The same for COCO-style captions JSON files."""
+) -> tuple[dict[str, dict[str, list[str]]], dict[str, list[str]], dict]:
+    """Captions by split and image, image names by split, and the image source of
+    each split, from COCO-style captions JSON files."""
     data = config.data
     path = data.path or ""
     per_split = "{split}" in path
@@ -207,42 +216,77 @@ def read_coco(
         "validation": data.validation_split,
         "test": data.test_split,
     }
-    captions: dict[str, list[str]] = {}
+    captions: dict[str, dict[str, list[str]]] = {}
     splits: dict[str, list[str]] = {}
     sources: dict[str, ImageSource] = {}
+    opened: dict[Path, ImageSource] = {}
     files = (
         {split: Path(_with_split(path, name)) for split, name in split_names.items()}
         if per_split
         else {"all": Path(path)}
     )
     for split, json_path in files.items():
-        by_image = _read_coco_json(json_path)
-        captions.update(by_image)
-        splits[split] = sorted(by_image)
-        images = (
+        captions[split] = _read_coco_json(json_path)
+        splits[split] = sorted(captions[split])
+        images = Path(
             _with_split(data.images, split_names.get(split, ""))
             if data.images
-            else None
+            else json_path.parent
         )
-        sources[split] = (
-            ImageSource(Path(images)) if images else ImageSource(json_path.parent)
+        if images not in opened:
+            opened[images] = ImageSource(images)
+        sources[split] = opened[images]
+    if per_split:
+        _check_disjoint(splits, sources, files)
+        return captions, splits, sources
+    names = splits.pop("all")
+    order = list(range(len(names)))
+    random.Random(data.split_seed).shuffle(order)
+    n_test = max(1, round(data.test_fraction * len(names)))
+    n_validation = max(1, round(data.validation_fraction * len(names)))
+    if n_test + n_validation >= len(names):
+        raise DataError(f"{path}: {len(names)} images are too few to split")
+    shuffled = [names[i] for i in order]
+    splits = {
+        "test": shuffled[:n_test],
+        "validation": shuffled[n_test : n_test + n_validation],
+        "train": shuffled[n_test + n_validation :],
+    }
+    return (
+        dict.fromkeys(SPLITS, captions["all"]),
+        splits,
+        dict.fromkeys(SPLITS, sources["all"]),
+    )
+
+
+def _check_disjoint(
+    splits: dict[str, list[str]],
+    sources: dict[str, ImageSource],
+    files: dict[str, Path],
+) -> None:
+    """Stops when two splits' annotation files name the same image file (the same
+    name in two different image folders is two images)."""
+
+    def where(split: str, name: str) -> str:
+        source = sources[split]
+        member = source.resolve(name) or name
+        return f"{source.path.resolve()}!{member}"
+
+    first_split: dict[str, str] = {}
+    shared: list[tuple[str, str, str]] = []
+    for split in SPLITS:
+        for name in splits[split]:
+            key = where(split, name)
+            if key in first_split and first_split[key] != split:
+                shared.append((name, first_split[key], split))
+            first_split.setdefault(key, split)
+    if shared:
+        name, one, other = shared[0]
+        raise DataError(
+            f"the COCO annotation files of the splits share {len(shared):,} "
+            f"image(s), e.g. {name} in both {files[one]} and {files[other]}; an "
+            "image must belong to one split only (remove it from all files but one)"
         )
-    if not per_split:
-        names = splits.pop("all")
-        order = list(range(len(names)))
-        random.Random(data.split_seed).shuffle(order)
-        n_test = max(1, round(data.test_fraction * len(names)))
-        n_validation = max(1, round(data.validation_fraction * len(names)))
-        if n_test + n_validation >= len(names):
-            raise DataError(f"{path}: {len(names)} images are too few to split")
-        shuffled = [names[i] for i in order]
-        splits = {
-            "test": shuffled[:n_test],
-            "validation": shuffled[n_test : n_test + n_validation],
-            "train": shuffled[n_test + n_validation :],
-        }
-        sources = dict.fromkeys(SPLITS, sources["all"])
-    return captions, splits, sources
 
 
 def _with_split(path: str, split_name: str) -> str:
@@ -295,10 +339,13 @@ def download_flickr8k() -> Path:
 
 
 def load(config: CaptioningConfig) -> CaptionData:
+    from rnnkit_recipes.captioning import features
+
     data, model = config.data, config.model
     if data.format == "flickr8k":
         folder = Path(data.path) if data.path else download_flickr8k()
-        captions, names, source = read_flickr8k(folder, data.images)
+        all_captions, names, source = read_flickr8k(folder, data.images)
+        captions = dict.fromkeys(SPLITS, all_captions)
         sources = dict.fromkeys(SPLITS, source)
         description = str(folder)
     else:
@@ -309,7 +356,20 @@ def load(config: CaptioningConfig) -> CaptionData:
             )
         captions, names, sources = read_coco(config)
         description = data.path
-    raw: dict[str, tuple[list[str], np.ndarray]] = {}
+    # The rows a split is read as: a frozen encoder's annotation vectors (computed
+    # once, the encoder's weights kept for the model), or decoded pixels.
+    encoder_weights = None
+    if model.encoder_trainable:
+        input_key, store = "image", features.pixel_store(config)
+
+        def compute(pixels):
+            return pixels
+    else:
+        encoder = features.build_encoder(config)
+        encoder_weights = encoder.get_weights()
+        input_key, store = "features", features.feature_store(config, encoder)
+        compute = encoder.predict_on_batch
+    splits: dict[str, Split] = {}
     for split in SPLITS:
         present = [name for name in names[split] if name in sources[split]]
         missing = len(names[split]) - len(present)
@@ -322,50 +382,30 @@ def load(config: CaptioningConfig) -> CaptionData:
             )
         if data.limit:
             present = present[: data.limit]
-        kept, pixels, failures = decode_images(
-            sources[split].read, present, model.image_size
+        filled = features.fill(
+            store, sources[split], present, model.image_size, compute
         )
-        for name, reason in failures.items():
+        for name, reason in filled.failures.items():
             log.warning("image %s is not a readable image (%s), skipped", name, reason)
-        if not kept:
+        if not filled.names:
             raise DataError(
                 f"no readable {split} images in {description}: none of the "
                 f"{len(names[split]):,} images of the {split} split could be read"
             )
-        raw[split] = (kept, pixels)
-    tokens = {
-        split: [[tokenize(c) for c in captions[name]] for name in raw[split][0]]
-        for split in SPLITS
-    }
+        splits[split] = Split(
+            filled.names,
+            _tokens(captions[split], filled.names),
+            Rows(store, filled.locations),
+        )
     vocabulary = Vocabulary.build(
-        [c for per_image in tokens["train"] for c in per_image], data.min_frequency
+        [c for per_image in splits["train"].captions for c in per_image],
+        data.min_frequency,
     )
     log.info(
         "captioning data: %s train / %s validation / %s test images, vocabulary %d",
-        *(f"{len(raw[s][0]):,}" for s in SPLITS),
+        *(f"{len(splits[s].names):,}" for s in SPLITS),
         len(vocabulary.tokens),
     )
-    encoder_weights = None
-    input_key = "image"
-    inputs = {split: raw[split][1] for split in SPLITS}
-    if not model.encoder_trainable:
-        from rnnkit_recipes.captioning.features import (
-            build_encoder,
-            cached_features,
-            feature_cache_dir,
-        )
-
-        encoder = build_encoder(config)
-        encoder_weights = encoder.get_weights()
-        input_key = "features"
-        cache = feature_cache_dir(config, encoder_weights)
-        inputs = {
-            split: cached_features(encoder, raw[split][0], raw[split][1], cache)
-            for split in SPLITS
-        }
-    splits = {
-        split: Split(raw[split][0], tokens[split], inputs[split]) for split in SPLITS
-    }
     batched = {
         split: _dataset(
             splits[split],
@@ -376,6 +416,7 @@ def load(config: CaptioningConfig) -> CaptionData:
         )
         for split in SPLITS
     }
+    test = splits["test"]
     return CaptionData(
         train=batched["train"],
         validation=batched["validation"],
@@ -383,10 +424,26 @@ def load(config: CaptioningConfig) -> CaptionData:
         vocabulary=vocabulary.tokens,
         splits=splits,
         input_key=input_key,
-        test_images=raw["test"][1],
+        test_images=test.inputs
+        if model.encoder_trainable
+        else DecodedImages(sources["test"], test.names, model.image_size),
         encoder_weights=encoder_weights,
         source=description,
     )
+
+
+def _tokens(captions: dict[str, list[str]], names: list[str]) -> list[list[list[str]]]:
+    """The caption words of each named image; a name repeated in a split shares
+    its lists, and each distinct word is one string object."""
+    words: dict[str, str] = {}
+    by_name: dict[str, list[list[str]]] = {}
+    for name in names:
+        if name not in by_name:
+            by_name[name] = [
+                [words.setdefault(word, word) for word in tokenize(caption)]
+                for caption in captions[name]
+            ]
+    return [by_name[name] for name in names]
 
 
 def caption_arrays(
@@ -407,6 +464,8 @@ def caption_arrays(
 
 
 def _dataset(split: Split, vocabulary, input_key, config, shuffle: bool):
+    """Batches read from the split's rows on disk: the shuffled indices are batched
+    first, then each batch's rows are read (in parallel with training)."""
     import tensorflow as tf
 
     caption_in, caption_out = caption_arrays(
@@ -415,9 +474,28 @@ def _dataset(split: Split, vocabulary, input_key, config, shuffle: bool):
         config.data.captions_per_image,
         config.data.max_length,
     )
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ({input_key: split.inputs, "caption_in": caption_in}, caption_out)
-    )
+    rows = split.inputs
+
+    def gather(indices):
+        return rows[indices], caption_in[indices], caption_out[indices]
+
+    def read(indices):
+        inputs, words_in, words_out = tf.numpy_function(
+            gather,
+            [indices],
+            (tf.as_dtype(rows.dtype), tf.int32, tf.int32),
+            stateful=False,
+        )
+        inputs = tf.ensure_shape(inputs, (None, *rows.shape[1:]))
+        words_in = tf.ensure_shape(words_in, (None, *caption_in.shape[1:]))
+        words_out = tf.ensure_shape(words_out, (None, *caption_out.shape[1:]))
+        return {input_key: inputs, "caption_in": words_in}, words_out
+
+    dataset = tf.data.Dataset.range(len(rows))
     if shuffle:
-        dataset = dataset.shuffle(len(split.names), seed=config.train.seed)
-    return dataset.batch(config.train.batch_size).prefetch(tf.data.AUTOTUNE)
+        dataset = dataset.shuffle(len(rows), seed=config.train.seed)
+    return (
+        dataset.batch(config.train.batch_size)
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
