@@ -232,6 +232,7 @@ def _compute(
             return np.zeros((size, size, 3), np.uint8), result.encode()
         return result, b""
 
+    @tf.autograph.experimental.do_not_convert
     def load_tensors(position):
         pixels, reason = tf.numpy_function(
             load, [position], (tf.uint8, tf.string), stateful=False
