@@ -60,6 +60,11 @@ CANDIDATES = {
         MOBILENET,
         {"model.attention_penalty": 0.0},
     ),
+    "mobilenet_attention_penalty0.1": (
+        "mobilenet_attention",
+        MOBILENET,
+        {"model.attention_penalty": 0.1},
+    ),
     "mobilenet_attention_no_gate": (
         "mobilenet_attention",
         MOBILENET,
