@@ -135,6 +135,51 @@ def test_mobilenet_config_caches_features_equal_to_the_encoder_run_directly(
 # -- The content-keyed store -----------------------------------------------------------
 
 
+def test_frozen_encoder_features_are_cached_by_content(tmp_path):
+    folder = write_flickr_folder(
+        tmp_path / "flickr", counts=(6, 3, 3), missing=(0, 0, 0)
+    )
+    config = config_for(
+        folder,
+        **{"model.encoder_trainable": False, "data.cache_dir": str(tmp_path / "cache")},
+    )
+    loaded = []
+    for _ in range(2):
+        keras.utils.set_random_seed(5)  # the same random encoder both times
+        with Messages() as messages:
+            loaded.append(CaptioningRecipe().load_data(config))
+        loaded[-1].messages = messages
+    first, second = loaded
+    (cache,) = (tmp_path / "cache").iterdir()
+    assert cache.name.startswith("small_cnn-64px-") and cache.name.endswith("-v2")
+    keys = [k for f in cache.glob("*.keys") for k in f.read_text().split()]
+    assert len(keys) == len(set(keys)) == 12
+    computed = [m for m in first.messages if m.startswith("computing ")]
+    assert [m.split()[1] for m in computed] == ["6", "3", "3"]  # train, val, test
+    assert not any(m.startswith("computing ") for m in second.messages)
+    assert first.input_key == "features"
+    train = first.splits["train"].inputs
+    assert train.shape == (6, 16, 64) and train.dtype == np.float16  # 4x4 x 8*8
+    np.testing.assert_array_equal(np.asarray(train), second.splits["train"].inputs)
+    # The cached vectors are the encoder's own output (stored as float16), in the
+    # order of the split, and the batches carry them.
+    encoder = features.build_encoder(config)
+    encoder.set_weights(first.encoder_weights)
+    pixels = decode_images(
+        ImageSource(folder / "Images").read,
+        first.splits["train"].names,
+        64,
+    )[1]
+    direct = encoder.predict(pixels, verbose=0)
+    np.testing.assert_allclose(train[:], direct, rtol=2e-3, atol=2e-3)
+    keras.utils.set_random_seed(5)
+    unshuffled = CaptioningRecipe().load_data(
+        config.with_values({"train.shuffle": False})
+    )
+    inputs, _ = next(iter(unshuffled.train))
+    np.testing.assert_array_equal(inputs["features"].numpy(), train[:])
+
+
 def test_a_new_image_under_an_old_name_is_computed_afresh(tmp_path):
     first, second = image_bytes(2)
     (tmp_path / "images").mkdir()
