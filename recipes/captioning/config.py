@@ -78,14 +78,28 @@ class CaptioningDataConfig(DataConfig):
 class CaptioningModelConfig(ModelConfig):
     encoder: str = field(
         "mobilenet_v2",
-        help="Image encoder: a keras.applications backbone, or small_cnn (four "
-        "conv blocks, for training from scratch on a CPU).",
-        choices=("mobilenet_v2", "efficientnet_b0", "resnet50", "small_cnn"),
+        help="Image encoder: a keras.applications backbone (mobilenet: MobileNet "
+        "v1, width model.encoder_alpha), or small_cnn (four conv blocks, for "
+        "training from scratch on a CPU).",
+        choices=(
+            "mobilenet",
+            "mobilenet_v2",
+            "efficientnet_b0",
+            "resnet50",
+            "small_cnn",
+        ),
+    )
+    encoder_alpha: float = field(
+        1.0,
+        help="mobilenet: width multiplier alpha (ImageNet weights exist for 0.25, "
+        "0.5, 0.75 and 1.0).",
+        above=0.0,
+        at_most=1.0,
     )
     encoder_weights: str = field(
         "imagenet",
         help="imagenet (downloaded by keras.applications), none (random), or the "
-        "path of a weights file.",
+        "path of a weights file (.h5 in the Keras layout, or .weights.h5).",
     )
     encoder_trainable: bool = field(
         False,

@@ -1,48 +1,43 @@
 """Data of the captioning recipe: images and captions -> arrays -> `tf.data` batches.
 
-Sources (`data.format`):
-
-- "flickr8k": a folder with `Flickr8k.token.txt` (or `.gz`; lines
-  `name.jpg#k<TAB>caption`), the split lists `Flickr_8k.{train,dev,test}Images.txt`
-  and the images, as a folder of JPEGs or a zip (found in the folder, or named by
-  `data.images`). Without `data.path` the original Flickr8k is downloaded once.
-- "coco": a COCO-style captions JSON (`images` with `id`/`file_name`, `annotations`
-  with `image_id`/`caption`) and an image folder or zip (`data.images`, default: the
-  JSON's folder). With `{split}` in `data.path` (and `data.images`), one file per split
-  (`data.train_split`, ...); otherwise one file, split reproducibly by fractions.
+Sources (`data.format`: "flickr8k" folders, COCO-style JSON files): sources.py.
 
 Images named by a split but absent from the image source are counted and reported once
 per split, then skipped; an image that cannot be decoded is reported by name and
 skipped; a damaged member of an image zip stops loading with an error that names it.
 Only `{split}` is replaced in `data.path` and `data.images`: other braces are part of
-the name. Images are decoded with Pillow in a thread pool and resized (squashed) to
-`model.image_size` squares (`images.py`). Captions are lower-cased and tokenised into
-words; the vocabulary (words seen `data.min_frequency` times in training, `<unk>` for
-the rest) is built from the training captions. With a frozen encoder the annotation
-vectors of every image are computed once and cached on disk per (encoder, image size,
-encoder weights, image), so later runs and tuning trials skip the CNN.
+the name. COCO files given per split must not share an image.
+
+No split is ever held in memory as images. Each image is read once to take the digest
+of its bytes; the images the on-disk store lacks are decoded (Pillow, in parallel
+through `tf.data`), squashed to `model.image_size` squares and turned into rows of a
+content-keyed store (features.py, store.py): a frozen encoder's float16 annotation
+vectors, or, for a trainable encoder, the decoded pixels. Training, evaluation and the
+plots read the rows from disk, a batch at a time. Later runs and tuning trials find
+the rows by content and skip the decoding and the CNN. Captions are lower-cased and
+tokenised into words; the vocabulary (words seen `data.min_frequency` times in
+training, `<unk>` for the rest) is built from the training captions.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import gzip
-import json
 import logging
-import random
 import re
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from rnnkit_recipes.captioning.images import (
-    ImageSource,
-    decode_images,
-    find_image_source,
+from rnnkit_recipes.captioning.images import DecodedImages
+from rnnkit_recipes.captioning.sources import (
+    SPLITS,
+    download_flickr8k,
+    read_coco,
+    read_flickr8k,
 )
+from rnnkit_recipes.captioning.store import Rows
 
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
@@ -54,23 +49,6 @@ log = logging.getLogger("rnnkit")
 
 PAD, UNK, START, END = "", "<unk>", "<start>", "<end>"
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
-SPLITS = ("train", "validation", "test")
-FLICKR8K_URLS = (
-    "https://github.com/jbrownlee/Datasets/releases/download/Flickr8k/"
-    "Flickr8k_Dataset.zip",
-    "https://github.com/jbrownlee/Datasets/releases/download/Flickr8k/"
-    "Flickr8k_text.zip",
-)
-_FLICKR_SPLIT_FILES = {
-    "train": "Flickr_8k.trainImages.txt",
-    "validation": "Flickr_8k.devImages.txt",
-    "test": "Flickr_8k.testImages.txt",
-}
-_LOCAL_HINT = (
-    "point data.path at a local Flickr8k folder (Flickr8k.token.txt, the "
-    "Flickr_8k.*Images.txt lists and the images as a folder or zip), e.g. "
-    "--set data.path=../shared/data/captioning"
-)
 
 
 def tokenize(caption: str) -> list[str]:
@@ -81,11 +59,12 @@ def tokenize(caption: str) -> list[str]:
 @dataclasses.dataclass
 class Split:
     """One split: image names, their caption tokens and model inputs (one row per
-    image: `(n, size, size, 3)` uint8 images, or `(n, L, D)` cached features)."""
+    image, read from disk when indexed: `(n, size, size, 3)` uint8 images, or
+    `(n, L, D)` float16 cached features)."""
 
     names: list[str]
     captions: list[list[list[str]]]
-    inputs: np.ndarray
+    inputs: Rows
 
 
 @dataclasses.dataclass
@@ -95,13 +74,14 @@ class CaptionData(RecipeData):
 
     `input_key` is "image" or "features" (cached annotation vectors of a frozen
     encoder); `splits` holds the unbatched train / validation / test images with all
-    their captions; `test_images` the test images as pixels, for the plots.
+    their captions; `test_images` the test images as pixels (`test_images[i]`,
+    decoded or read when indexed), for the plots.
     """
 
     vocabulary: list[str]
     splits: dict[str, Split]
     input_key: str
-    test_images: np.ndarray
+    test_images: Sequence[np.ndarray]
     encoder_weights: list[np.ndarray] | None
     source: str
 
@@ -135,170 +115,17 @@ class Vocabulary:
         return words
 
 
-# -- Caption files ---------------------------------------------------------------------
-
-
-def _open_text(path: Path) -> str:
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                return handle.read()
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, EOFError) as error:
-        raise DataError(f"{path}: cannot read it ({error})") from None
-
-
-def _find_file(folder: Path, name: str) -> Path:
-    for candidate in (folder / name, folder / f"{name}.gz"):
-        if candidate.is_file():
-            return candidate
-    raise DataError(f"{folder}: no {name} (or {name}.gz) in it; {_LOCAL_HINT}")
-
-
-def read_flickr8k_captions(path: Path) -> dict[str, list[str]]:
-    """{image name: captions} from a `Flickr8k.token.txt` file."""
-    captions: dict[str, list[str]] = collections.defaultdict(list)
-    for number, line in enumerate(_open_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        key, tab, caption = line.partition("\t")
-        name = key.split("#", 1)[0].strip()
-        if not tab or not name:
-            raise DataError(
-                f"{path}, line {number}: expected 'name.jpg#k<TAB>caption', "
-                f"got {line[:60]!r}"
-            )
-        captions[name].append(caption.strip())
-    if not captions:
-        raise DataError(f"{path}: no captions in it")
-    return dict(captions)
-
-
-def read_flickr8k(
-    folder: Path, images: str | None
-) -> tuple[dict[str, list[str]], dict[str, list[str]], ImageSource]:
-    """Captions by image, image names by split, and the image source."""
-    if not folder.is_dir():
-        raise DataError(f"data.path {folder} is not a folder; {_LOCAL_HINT}")
-    captions = read_flickr8k_captions(_find_file(folder, "Flickr8k.token.txt"))
-    splits = {}
-    for split, file_name in _FLICKR_SPLIT_FILES.items():
-        path = _find_file(folder, file_name)
-        names = [line.strip() for line in _open_text(path).splitlines() if line.strip()]
-        without_captions = [name for name in names if name not in captions]
-        if without_captions:
-            raise DataError(
-                f"{path}: {len(without_captions)} image(s) have no caption in "
-                f"Flickr8k.token.txt, e.g. {without_captions[0]}"
-            )
-        splits[split] = names
-    return captions, splits, find_image_source(folder, images)
-
-
-def read_coco(
-    config: CaptioningConfig,
-) -> tuple[dict[str, list[str]], dict[str, list[str]], ImageSource | dict]:
-    """The same for COCO-style captions JSON files."""
-    data = config.data
-    path = data.path or ""
-    per_split = "{split}" in path
-    split_names = {
-        "train": data.train_split,
-        "validation": data.validation_split,
-        "test": data.test_split,
-    }
-    captions: dict[str, list[str]] = {}
-    splits: dict[str, list[str]] = {}
-    sources: dict[str, ImageSource] = {}
-    files = (
-        {split: Path(_with_split(path, name)) for split, name in split_names.items()}
-        if per_split
-        else {"all": Path(path)}
-    )
-    for split, json_path in files.items():
-        by_image = _read_coco_json(json_path)
-        captions.update(by_image)
-        splits[split] = sorted(by_image)
-        images = (
-            _with_split(data.images, split_names.get(split, ""))
-            if data.images
-            else None
-        )
-        sources[split] = (
-            ImageSource(Path(images)) if images else ImageSource(json_path.parent)
-        )
-    if not per_split:
-        names = splits.pop("all")
-        order = list(range(len(names)))
-        random.Random(data.split_seed).shuffle(order)
-        n_test = max(1, round(data.test_fraction * len(names)))
-        n_validation = max(1, round(data.validation_fraction * len(names)))
-        if n_test + n_validation >= len(names):
-            raise DataError(f"{path}: {len(names)} images are too few to split")
-        shuffled = [names[i] for i in order]
-        splits = {
-            "test": shuffled[:n_test],
-            "validation": shuffled[n_test : n_test + n_validation],
-            "train": shuffled[n_test + n_validation :],
-        }
-        sources = dict.fromkeys(SPLITS, sources["all"])
-    return captions, splits, sources
-
-
-def _with_split(path: str, split_name: str) -> str:
-    """`path` with each `{split}` replaced: the only placeholder, so that any other
-    brace in a folder or file name stays as it is (no `str.format`)."""
-    return path.replace("{split}", split_name)
-
-
-def _read_coco_json(path: Path) -> dict[str, list[str]]:
-    try:
-        document = json.loads(_open_text(path))
-        file_names = {image["id"]: image["file_name"] for image in document["images"]}
-        captions: dict[str, list[str]] = collections.defaultdict(list)
-        for annotation in document["annotations"]:
-            captions[file_names[annotation["image_id"]]].append(annotation["caption"])
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: not valid JSON ({error})") from None
-    except (KeyError, TypeError) as error:
-        raise DataError(
-            f"{path}: not a COCO captions file (needs 'images' with 'id' and "
-            f"'file_name', 'annotations' with 'image_id' and 'caption'; "
-            f"missing {error})"
-        ) from None
-    if not captions:
-        raise DataError(f"{path}: no captions in it")
-    return {name: texts for name, texts in captions.items()}
-
-
-def download_flickr8k() -> Path:
-    """The original Flickr8k, downloaded once (about 1.1 GB) into the rnnkit data
-    folder; offline, a one-line error that says how to use local files."""
-    from rnnkit.data import parallel_text
-
-    folder = parallel_text.default_cache_dir() / "flickr8k"
-    try:
-        for url in FLICKR8K_URLS:
-            parallel_text.download(url, folder)
-    except DataError:
-        raise DataError(
-            f"could not download Flickr8k from {FLICKR8K_URLS[0].rsplit('/', 1)[0]} "
-            f"(offline?); {_LOCAL_HINT}"
-        ) from None
-    if not (folder / "Flickr8k.token.txt").is_file():
-        with zipfile.ZipFile(folder / "Flickr8k_text.zip") as archive:
-            archive.extractall(folder)
-    return folder
-
-
 # -- Loading ---------------------------------------------------------------------------
 
 
 def load(config: CaptioningConfig) -> CaptionData:
+    from rnnkit_recipes.captioning import features
+
     data, model = config.data, config.model
     if data.format == "flickr8k":
         folder = Path(data.path) if data.path else download_flickr8k()
-        captions, names, source = read_flickr8k(folder, data.images)
+        all_captions, names, source = read_flickr8k(folder, data.images)
+        captions = dict.fromkeys(SPLITS, all_captions)
         sources = dict.fromkeys(SPLITS, source)
         description = str(folder)
     else:
@@ -309,7 +136,20 @@ def load(config: CaptioningConfig) -> CaptionData:
             )
         captions, names, sources = read_coco(config)
         description = data.path
-    raw: dict[str, tuple[list[str], np.ndarray]] = {}
+    # The rows a split is read as: a frozen encoder's annotation vectors (computed
+    # once, the encoder's weights kept for the model), or decoded pixels.
+    encoder_weights = None
+    if model.encoder_trainable:
+        input_key, store = "image", features.pixel_store(config)
+
+        def compute(pixels):
+            return pixels
+    else:
+        encoder = features.build_encoder(config)
+        encoder_weights = encoder.get_weights()
+        input_key, store = "features", features.feature_store(config, encoder)
+        compute = encoder.predict_on_batch
+    splits: dict[str, Split] = {}
     for split in SPLITS:
         present = [name for name in names[split] if name in sources[split]]
         missing = len(names[split]) - len(present)
@@ -322,50 +162,30 @@ def load(config: CaptioningConfig) -> CaptionData:
             )
         if data.limit:
             present = present[: data.limit]
-        kept, pixels, failures = decode_images(
-            sources[split].read, present, model.image_size
+        filled = features.fill(
+            store, sources[split], present, model.image_size, compute
         )
-        for name, reason in failures.items():
+        for name, reason in filled.failures.items():
             log.warning("image %s is not a readable image (%s), skipped", name, reason)
-        if not kept:
+        if not filled.names:
             raise DataError(
                 f"no readable {split} images in {description}: none of the "
                 f"{len(names[split]):,} images of the {split} split could be read"
             )
-        raw[split] = (kept, pixels)
-    tokens = {
-        split: [[tokenize(c) for c in captions[name]] for name in raw[split][0]]
-        for split in SPLITS
-    }
+        splits[split] = Split(
+            filled.names,
+            _tokens(captions[split], filled.names),
+            Rows(store, filled.locations),
+        )
     vocabulary = Vocabulary.build(
-        [c for per_image in tokens["train"] for c in per_image], data.min_frequency
+        [c for per_image in splits["train"].captions for c in per_image],
+        data.min_frequency,
     )
     log.info(
         "captioning data: %s train / %s validation / %s test images, vocabulary %d",
-        *(f"{len(raw[s][0]):,}" for s in SPLITS),
+        *(f"{len(splits[s].names):,}" for s in SPLITS),
         len(vocabulary.tokens),
     )
-    encoder_weights = None
-    input_key = "image"
-    inputs = {split: raw[split][1] for split in SPLITS}
-    if not model.encoder_trainable:
-        from rnnkit_recipes.captioning.features import (
-            build_encoder,
-            cached_features,
-            feature_cache_dir,
-        )
-
-        encoder = build_encoder(config)
-        encoder_weights = encoder.get_weights()
-        input_key = "features"
-        cache = feature_cache_dir(config, encoder_weights)
-        inputs = {
-            split: cached_features(encoder, raw[split][0], raw[split][1], cache)
-            for split in SPLITS
-        }
-    splits = {
-        split: Split(raw[split][0], tokens[split], inputs[split]) for split in SPLITS
-    }
     batched = {
         split: _dataset(
             splits[split],
@@ -376,6 +196,7 @@ def load(config: CaptioningConfig) -> CaptionData:
         )
         for split in SPLITS
     }
+    test = splits["test"]
     return CaptionData(
         train=batched["train"],
         validation=batched["validation"],
@@ -383,10 +204,26 @@ def load(config: CaptioningConfig) -> CaptionData:
         vocabulary=vocabulary.tokens,
         splits=splits,
         input_key=input_key,
-        test_images=raw["test"][1],
+        test_images=test.inputs
+        if model.encoder_trainable
+        else DecodedImages(sources["test"], test.names, model.image_size),
         encoder_weights=encoder_weights,
         source=description,
     )
+
+
+def _tokens(captions: dict[str, list[str]], names: list[str]) -> list[list[list[str]]]:
+    """The caption words of each named image; a name repeated in a split shares
+    its lists, and each distinct word is one string object."""
+    words: dict[str, str] = {}
+    by_name: dict[str, list[list[str]]] = {}
+    for name in names:
+        if name not in by_name:
+            by_name[name] = [
+                [words.setdefault(word, word) for word in tokenize(caption)]
+                for caption in captions[name]
+            ]
+    return [by_name[name] for name in names]
 
 
 def caption_arrays(
@@ -407,6 +244,8 @@ def caption_arrays(
 
 
 def _dataset(split: Split, vocabulary, input_key, config, shuffle: bool):
+    """Batches read from the split's rows on disk: the shuffled indices are batched
+    first, then each batch's rows are read (in parallel with training)."""
     import tensorflow as tf
 
     caption_in, caption_out = caption_arrays(
@@ -415,9 +254,29 @@ def _dataset(split: Split, vocabulary, input_key, config, shuffle: bool):
         config.data.captions_per_image,
         config.data.max_length,
     )
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ({input_key: split.inputs, "caption_in": caption_in}, caption_out)
-    )
+    rows = split.inputs
+
+    def gather(indices):
+        return rows[indices], caption_in[indices], caption_out[indices]
+
+    @tf.autograph.experimental.do_not_convert
+    def read(indices):
+        inputs, words_in, words_out = tf.numpy_function(
+            gather,
+            [indices],
+            (tf.as_dtype(rows.dtype), tf.int32, tf.int32),
+            stateful=False,
+        )
+        inputs = tf.ensure_shape(inputs, (None, *rows.shape[1:]))
+        words_in = tf.ensure_shape(words_in, (None, *caption_in.shape[1:]))
+        words_out = tf.ensure_shape(words_out, (None, *caption_out.shape[1:]))
+        return {input_key: inputs, "caption_in": words_in}, words_out
+
+    dataset = tf.data.Dataset.range(len(rows))
     if shuffle:
-        dataset = dataset.shuffle(len(split.names), seed=config.train.seed)
-    return dataset.batch(config.train.batch_size).prefetch(tf.data.AUTOTUNE)
+        dataset = dataset.shuffle(len(rows), seed=config.train.seed)
+    return (
+        dataset.batch(config.train.batch_size)
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )

@@ -1,18 +1,27 @@
-"""The image encoder of the captioning recipe: its weights (ImageNet, a file, random)
-and the on-disk cache of a frozen encoder's annotation vectors."""
+"""The image encoder of the captioning recipe (its weights: ImageNet, a file, random)
+and the on-disk, content-keyed stores of what the images turn into: a frozen encoder's
+annotation vectors, or the decoded pixels a trainable encoder reads every epoch.
+
+A row is found by the BLAKE2b digest of the image's bytes inside a folder named after
+everything else that made it: the encoder, its width or alpha, a digest of its weights,
+the image size and `PREPROCESSING_VERSION`. A different image under a known name is
+computed afresh; the same image under two names or in two folders is computed once.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+from rnnkit_recipes.captioning.images import ImageSource, decode, digests
+from rnnkit_recipes.captioning.store import RowStore
 
-from rnnkit.errors import ConfigError
+from rnnkit.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import keras
@@ -20,20 +29,40 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rnnkit")
 
+# The version of what turns image bytes into encoder inputs (images.decode: Pillow,
+# RGB, bilinear squash); part of every store's folder name, so changing it means
+# bumping this, and old rows are never read again.
+PREPROCESSING_VERSION = 2
+
 
 def build_encoder(config: CaptioningConfig) -> keras.Model:
     """The configured CNN with its weights: random ("none"), ImageNet or a file."""
     from rnnkit.models.image_encoder import image_encoder
 
     model = config.model
-    encoder = image_encoder(model.encoder, model.image_size, model.encoder_width)
-    load_encoder_weights(encoder, model.encoder, model.encoder_weights)
+    encoder = image_encoder(
+        model.encoder, model.image_size, model.encoder_width, model.encoder_alpha
+    )
+    load_encoder_weights(
+        encoder, model.encoder, model.encoder_weights, model.encoder_alpha
+    )
     return encoder
 
 
-def load_encoder_weights(encoder: keras.Model, name: str, weights: str) -> None:
+def load_encoder_weights(
+    encoder: keras.Model, name: str, weights: str, alpha: float = 1.0
+) -> None:
     """Loads "imagenet" (keras.applications download) or a weights file into the
-    encoder built by `image_encoder`; "none" keeps the random initialisation."""
+    encoder built by `image_encoder`; "none" keeps the random initialisation.
+
+    A file is either the backbone's own (`keras.applications` .h5 files such as
+    `mobilenet_7_5_224_tf_no_top.h5`, loaded by layer name) or the whole encoder's
+    (`encoder.save_weights`).
+    """
+    import keras
+
+    from rnnkit.models.image_encoder import application
+
     if weights == "none":
         return
     hint = (
@@ -41,7 +70,7 @@ def load_encoder_weights(encoder: keras.Model, name: str, weights: str) -> None:
         "--set model.encoder_weights=PATH for a local weights file"
     )
     backbone = next(
-        (layer for layer in encoder.layers if isinstance(layer, _keras().Model)), None
+        (layer for layer in encoder.layers if isinstance(layer, keras.Model)), None
     )
     if weights == "imagenet":
         if backbone is None:
@@ -49,10 +78,11 @@ def load_encoder_weights(encoder: keras.Model, name: str, weights: str) -> None:
                 f"model.encoder={name} has no ImageNet weights; {hint.split(', or')[0]}"
             )
         try:
-            pretrained = _application(name)(
+            pretrained = application(name)(
                 include_top=False,
                 weights="imagenet",
                 input_shape=backbone.input_shape[1:],
+                **({"alpha": alpha} if name == "mobilenet" else {}),
             )
         except Exception as error:  # noqa: BLE001 - download failures come in many types
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -64,74 +94,174 @@ def load_encoder_weights(encoder: keras.Model, name: str, weights: str) -> None:
     path = Path(weights)
     if not path.is_file():
         raise ConfigError(f"model.encoder_weights: no file {path}; {hint}")
-    target = backbone or encoder
+    # A `.weights.h5` file is the whole encoder's (`encoder.save_weights`); another
+    # `.h5` is a keras.applications backbone's, in its layer order.
+    whole = path.name.endswith(".weights.h5") or backbone is None
     try:
-        target.load_weights(path)
+        (encoder if whole else backbone).load_weights(path)
     except Exception as error:  # noqa: BLE001 - h5/keras loaders raise many types
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        shape = f", alpha {alpha}" if name == "mobilenet" else ""
         raise ConfigError(
-            f"model.encoder_weights: {path} does not fit model.encoder={name} "
-            f"({reason})"
+            f"model.encoder_weights: {path} does not fit model.encoder={name}{shape} "
+            f"({reason[:300]})"
         ) from None
 
 
-def _keras():
-    import keras
-
-    return keras
-
-
-def _application(name: str) -> Callable[..., Any]:
-    applications = _keras().applications
-    return {
-        "mobilenet_v2": applications.MobileNetV2,
-        "efficientnet_b0": applications.EfficientNetB0,
-        "resnet50": applications.ResNet50,
-    }[name]
-
-
-def feature_cache_dir(config: CaptioningConfig, weights: list[np.ndarray]) -> Path:
-    """`data.cache_dir` (default `$RNNKIT_DATA_DIR/captioning_features`) /
-    `<encoder>-<size>px-<hash of the encoder weights>`."""
+def cache_root(config: CaptioningConfig) -> Path:
+    """`data.cache_dir`, default `$RNNKIT_DATA_DIR/captioning_features`."""
     from rnnkit.data import parallel_text
 
-    root = (
-        Path(config.data.cache_dir)
-        if config.data.cache_dir
-        else parallel_text.default_cache_dir() / "captioning_features"
-    )
-    digest = hashlib.sha1()
+    if config.data.cache_dir:
+        return Path(config.data.cache_dir)
+    return parallel_text.default_cache_dir() / "captioning_features"
+
+
+def weights_digest(weights: list[np.ndarray]) -> str:
+    """A digest of an encoder's weights (the identity of a weights file, whatever
+    its name)."""
+    digest = hashlib.blake2b(digest_size=8)
     for array in weights:
+        digest.update(str(array.shape).encode())
         digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def feature_store(config: CaptioningConfig, encoder: keras.Model) -> RowStore:
+    """The store of `encoder`'s float16 annotation vectors `(L, D)`:
+    `<cache root>/<encoder>[-alpha<a>]-<size>px-<weights digest>-v<version>`."""
     model = config.model
-    return root / f"{model.encoder}-{model.image_size}px-{digest.hexdigest()[:12]}"
+    variant = f"-alpha{model.encoder_alpha:g}" if model.encoder == "mobilenet" else ""
+    folder = (
+        f"{model.encoder}{variant}-{model.image_size}px-"
+        f"{weights_digest(encoder.get_weights())}-v{PREPROCESSING_VERSION}"
+    )
+    return RowStore(cache_root(config) / folder, encoder.output_shape[1:], np.float16)
 
 
-def cached_features(
-    encoder: keras.Model,
+def pixel_store(config: CaptioningConfig) -> RowStore:
+    """The store of decoded `(size, size, 3)` uint8 images, for a trainable
+    encoder: `<cache root>/pixels-<size>px-v<version>`."""
+    size = config.model.image_size
+    folder = cache_root(config) / f"pixels-{size}px-v{PREPROCESSING_VERSION}"
+    return RowStore(folder, (size, size, 3), np.uint8)
+
+
+@dataclasses.dataclass
+class Filled:
+    """What `fill` found: the names whose rows are stored (in order; repeated names
+    stay repeated), their `(n, 2)` locations, {name: reason} of the unreadable
+    images, and how many distinct images were computed or already stored."""
+
+    names: list[str]
+    locations: np.ndarray
+    failures: dict[str, str]
+    computed: int
+    stored: int
+
+
+def fill(
+    store: RowStore,
+    source: ImageSource,
     names: list[str],
-    pixels: np.ndarray,
-    cache: Path,
+    size: int,
+    compute: Callable[[np.ndarray], np.ndarray],
     batch_size: int = 32,
-) -> np.ndarray:
-    """Annotation vectors `(n, L, D)` of the images, from `cache` where it has them
-    (one float16 `.npy` per image), computed by `encoder` and stored otherwise.
+) -> Filled:
+    """Makes sure `store` holds the row of every named image.
 
-    They stay float16 in memory (the model casts them to its compute dtype): the
-    MobileNetV2 vectors of Flickr8k's 8,000 images take 1 GB so, 2 GB as float32.
+    Every image is read once to take its digest; only those whose digest the store
+    lacks are decoded (`tf.data`, in parallel), passed through `compute` in batches
+    of `(batch, size, size, 3)` uint8 pixels and appended to the store. No more than
+    a few batches of images are in memory at any time.
     """
-    cache.mkdir(parents=True, exist_ok=True)
-    files = [cache / f"{Path(name).stem}.npy" for name in names]
-    todo = [i for i, f in enumerate(files) if not f.is_file()]
+    store.refresh()
+    distinct = list(dict.fromkeys(names))
+    key_of = dict(zip(distinct, digests(source.read, distinct), strict=True))
+    todo: dict[str, str] = {}
+    for name in distinct:
+        key = key_of[name]
+        if key not in store and key not in todo:
+            todo[key] = name
+    unique_keys = len(set(key_of.values()))
+    failed_keys: dict[str, str] = {}
     if todo:
-        log.info("computing features of %d images into %s", len(todo), cache)
-    for start in range(0, len(todo), batch_size):
-        rows = todo[start : start + batch_size]
-        features = np.asarray(encoder.predict(pixels[rows], verbose=0), np.float16)
-        for row, array in zip(rows, features, strict=True):
-            temporary = files[row].with_name(
-                f".{files[row].stem}.tmp-{os.getpid()}.npy"
-            )
-            np.save(temporary, array)
-            os.replace(temporary, files[row])
-    return np.stack([np.load(f) for f in files])
+        log.info(
+            "computing %s of %s distinct images into %s",
+            f"{len(todo):,}",
+            f"{unique_keys:,}",
+            store.folder,
+        )
+        failed_keys = _compute(store, source, todo, size, compute, batch_size)
+    kept = [name for name in names if key_of[name] in store]
+    return Filled(
+        names=kept,
+        locations=store.locate([key_of[name] for name in kept]),
+        failures={
+            name: failed_keys[key_of[name]]
+            for name in distinct
+            if key_of[name] in failed_keys
+        },
+        computed=len(todo) - len(failed_keys),
+        stored=unique_keys - len(todo),
+    )
+
+
+def _compute(
+    store: RowStore,
+    source: ImageSource,
+    todo: dict[str, str],
+    size: int,
+    compute: Callable[[np.ndarray], np.ndarray],
+    batch_size: int,
+) -> dict[str, str]:
+    """Decodes, computes and stores the rows of {key: name}; {key: reason} of the
+    images that cannot be decoded."""
+    import tensorflow as tf
+
+    keys, names = list(todo), list(todo.values())
+    damaged: list[str] = []
+
+    def load(position):
+        try:
+            result = decode(source.read(names[int(position)]), size)
+        except DataError as error:  # a damaged zip: stop, naming it
+            damaged.append(str(error))
+            result = "damaged"
+        if isinstance(result, str):
+            return np.zeros((size, size, 3), np.uint8), result.encode()
+        return result, b""
+
+    @tf.autograph.experimental.do_not_convert
+    def load_tensors(position):
+        pixels, reason = tf.numpy_function(
+            load, [position], (tf.uint8, tf.string), stateful=False
+        )
+        return tf.ensure_shape(pixels, (size, size, 3)), tf.ensure_shape(reason, ())
+
+    batches = (
+        tf.data.Dataset.range(len(names))
+        .map(load_tensors, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .batch(batch_size)
+        .prefetch(1)
+    )
+    failures: dict[str, str] = {}
+    start = 0
+    with store.writer() as writer:
+        for pixels, reasons in batches.as_numpy_iterator():
+            if damaged:
+                raise DataError(damaged[0])
+            good = reasons == b""
+            rows = compute(pixels[good]) if good.any() else ()
+            batch_keys = keys[start : start + len(reasons)]
+            for key, reason in zip(batch_keys, reasons, strict=True):
+                if reason:
+                    failures[key] = reason.decode()
+            for key, row in zip(
+                (k for k, ok in zip(batch_keys, good, strict=True) if ok),
+                rows,
+                strict=True,
+            ):
+                writer.add(key, row)
+            start += len(reasons)
+    return failures

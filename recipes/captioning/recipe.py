@@ -82,6 +82,7 @@ class CaptioningRecipe(Recipe):
             encoder=model_config.encoder,
             image_size=model_config.image_size,
             encoder_width=model_config.encoder_width,
+            encoder_alpha=model_config.encoder_alpha,
             encoder_trainable=model_config.encoder_trainable,
             embedding_dim=model_config.embedding_dim,
             units=model_config.units,
@@ -99,7 +100,10 @@ class CaptioningRecipe(Recipe):
             model.encoder.set_weights(data.encoder_weights)
         else:
             load_encoder_weights(
-                model.encoder, model_config.encoder, model_config.encoder_weights
+                model.encoder,
+                model_config.encoder,
+                model_config.encoder_weights,
+                model_config.encoder_alpha,
             )
         optimizer = EncoderScaledAdam(
             encoder_rate=model_config.encoder_learning_rate,

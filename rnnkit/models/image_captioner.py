@@ -18,10 +18,10 @@ vector at every step (the attention-free decoder of Show and Tell, Vinyals et al
 2015, as an ablation).
 
 The encoder (`rnnkit.models.image_encoder`) is a `keras.applications` backbone
-("mobilenet_v2", "efficientnet_b0", "resnet50") without its top, or "small_cnn", four
-convolution blocks for training from scratch on a CPU. A frozen encoder's annotation
-vectors can be computed once and fed instead of images (the "features" input), so
-training skips the CNN.
+("mobilenet" v1, "mobilenet_v2", "efficientnet_b0", "resnet50") without its top, or
+"small_cnn", four convolution blocks for training from scratch on a CPU. A frozen
+encoder's annotation vectors can be computed once and fed instead of images (the
+"features" input), so training skips the CNN.
 
 Training runs the decoder under teacher forcing; inference runs one step at a time
 through `encode`, `initial_decoder_state` and `decode_step`, the interface that
@@ -137,10 +137,11 @@ class ImageCaptioner(keras.Model):
 
     Args:
         vocabulary: the caption tokens (a list, id = position) or the vocabulary size.
-        encoder: one of "small_cnn", "mobilenet_v2", "efficientnet_b0", "resnet50".
-            Defaults to "small_cnn".
+        encoder: one of "small_cnn", "mobilenet", "mobilenet_v2", "efficientnet_b0",
+            "resnet50". Defaults to "small_cnn".
         image_size: side of the square input images. Defaults to 128.
         encoder_width: first-block filters of "small_cnn". Defaults to 32.
+        encoder_alpha: width multiplier of "mobilenet". Defaults to 1.0.
         encoder_trainable: train the encoder with the decoder. Defaults to True.
         embedding_dim: size of the word embeddings. Defaults to 256.
         units: units of the decoder cell. Defaults to 512.
@@ -183,6 +184,7 @@ class ImageCaptioner(keras.Model):
         encoder="small_cnn",
         image_size=128,
         encoder_width=32,
+        encoder_alpha=1.0,
         encoder_trainable=True,
         embedding_dim=256,
         units=512,
@@ -232,6 +234,7 @@ class ImageCaptioner(keras.Model):
         self.encoder_name = encoder
         self.image_size = positive_int("image_size", image_size)
         self.encoder_width = positive_int("encoder_width", encoder_width)
+        self.encoder_alpha = float(encoder_alpha)
         self.encoder_trainable = bool(encoder_trainable)
         self.embedding_dim = positive_int("embedding_dim", embedding_dim)
         self.units = positive_int("units", units)
@@ -248,7 +251,9 @@ class ImageCaptioner(keras.Model):
         self.seed = seed
         super().__init__(**kwargs)
 
-        self.encoder = image_encoder(encoder, image_size, encoder_width)
+        self.encoder = image_encoder(
+            encoder, image_size, encoder_width, self.encoder_alpha
+        )
         self.encoder.trainable = self.encoder_trainable
         self.feature_dim = self.encoder.output_shape[-1]
         self.num_locations = self.encoder.output_shape[1]
@@ -304,6 +309,7 @@ class ImageCaptioner(keras.Model):
             "encoder": self.encoder_name,
             "image_size": self.image_size,
             "encoder_width": self.encoder_width,
+            "encoder_alpha": self.encoder_alpha,
             "encoder_trainable": self.encoder_trainable,
             "embedding_dim": self.embedding_dim,
             "units": self.units,

@@ -38,3 +38,11 @@ def test_small_cnn_gives_annotation_vectors_and_names_bad_arguments():
 def test_still_importable_from_the_captioner():
     assert image_captioner.ImagePreprocessing is ImagePreprocessing
     assert image_captioner.image_encoder is image_encoder
+
+
+def test_mobilenet_v1_takes_its_width_and_scales_to_plus_minus_one():
+    encoder = image_encoder("mobilenet", 64, alpha=0.25)
+    assert encoder.output_shape == (None, 4, 256)  # (batch, 2 * 2, 1024 * alpha)
+    assert encoder.get_layer("preprocessing").mode == "symmetric"
+    with pytest.raises(ValueError, match="Argument `alpha`"):
+        image_encoder("mobilenet", 64, alpha=0)

@@ -19,7 +19,7 @@ import pytest
 import sacrebleu
 from rnnkit_recipes.captioning import data as caption_data
 from rnnkit_recipes.captioning import features as caption_features
-from rnnkit_recipes.captioning import images as caption_images
+from rnnkit_recipes.captioning import sources as caption_sources
 from rnnkit_recipes.captioning.baselines import consensus_index
 from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
 
@@ -36,6 +36,12 @@ SMOKE_CONFIG = ROOT / "recipes" / "captioning" / "configs" / "smoke.toml"
 
 def require_data():
     require(IMAGE_ZIP)
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    """The default cache of features and decoded images, in the test's folder."""
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "rnnkit-data"))
 
 
 class Messages:
@@ -75,7 +81,7 @@ def write_flickr_folder(root, counts=(8, 4, 4), missing=(2, 0, 0)):
     chosen = []
     with zipfile.ZipFile(IMAGE_ZIP) as archive:
         for split_file, count, absent in zip(
-            caption_data._FLICKR_SPLIT_FILES.values(), counts, missing, strict=True
+            caption_sources._FLICKR_SPLIT_FILES.values(), counts, missing, strict=True
         ):
             names = real_images(count + absent, split_file)
             for name in names[:count]:
@@ -218,49 +224,11 @@ def test_encoder_weights_come_from_a_local_file(tmp_path):
         )
 
 
-def test_frozen_encoder_features_are_cached_per_image(tmp_path):
-    folder = write_flickr_folder(
-        tmp_path / "flickr", counts=(6, 3, 3), missing=(0, 0, 0)
-    )
-    config = config_for(
-        folder,
-        **{"model.encoder_trainable": False, "data.cache_dir": str(tmp_path / "cache")},
-    )
-    loaded = []
-    for _ in range(2):
-        keras.utils.set_random_seed(5)  # the same random encoder both times
-        with Messages() as messages:
-            loaded.append(CaptioningRecipe().load_data(config))
-        loaded[-1].messages = messages
-    first, second = loaded
-    (cache,) = (tmp_path / "cache").iterdir()
-    assert cache.name.startswith("small_cnn-64px-")
-    assert len(list(cache.glob("*.npy"))) == 12
-    computed = [m for m in first.messages if m.startswith("computing features of")]
-    assert [m.split()[3] for m in computed] == ["6", "3", "3"]  # train, val, test
-    assert not any("computing features" in m for m in second.messages)
-    assert first.input_key == "features"
-    train = first.splits["train"].inputs
-    assert train.shape == (6, 16, 64)  # 4x4 positions of 8 * 8 filters
-    np.testing.assert_array_equal(train, second.splits["train"].inputs)
-    # The cached vectors are the encoder's own output (stored as float16).
-    encoder = caption_features.build_encoder(config)
-    encoder.set_weights(first.encoder_weights)
-    pixels = caption_images.decode_images(
-        caption_images.ImageSource(folder / "Images").read,
-        first.splits["train"].names,
-        64,
-    )[1]
-    np.testing.assert_allclose(
-        train, encoder.predict(pixels, verbose=0), rtol=2e-3, atol=2e-3
-    )
-
-
 def test_coco_captions_json_is_read_and_split(tmp_path):
     folder = write_flickr_folder(
         tmp_path / "flickr", counts=(12, 4, 4), missing=(0, 0, 0)
     )
-    captions = caption_data.read_flickr8k_captions(folder / "Flickr8k.token.txt")
+    captions = caption_sources.read_flickr8k_captions(folder / "Flickr8k.token.txt")
     names = sorted(p.name for p in (folder / "Images").iterdir())
     document = {
         "images": [{"id": i, "file_name": name} for i, name in enumerate(names)],
@@ -365,12 +333,12 @@ def test_coco_paths_may_hold_braces(tmp_path):
     folder = write_flickr_folder(
         tmp_path / "flickr", counts=(4, 2, 2), missing=(0, 0, 0)
     )
-    captions = caption_data.read_flickr8k_captions(folder / "Flickr8k.token.txt")
+    captions = caption_sources.read_flickr8k_captions(folder / "Flickr8k.token.txt")
     coco = tmp_path / "coco {2014} {x"
     coco.mkdir()
     (folder / "Images").rename(coco / "Images {all}")
     for split, list_file in zip(
-        ("tr", "va", "te"), caption_data._FLICKR_SPLIT_FILES.values(), strict=True
+        ("tr", "va", "te"), caption_sources._FLICKR_SPLIT_FILES.values(), strict=True
     ):
         names = (folder / list_file).read_text().split()
         document = {
@@ -428,6 +396,7 @@ def smoke_run(tmp_path_factory):
         result = invoke(
             "run", "captioning", "--config", str(SMOKE_CONFIG),
             "--set", f"data.path={FLICKR8K}", "--run-dir", str(run_dir),
+            "--set", f"data.cache_dir={run_dir.parent / 'cache'}",
         )  # fmt: skip
     assert result.exit_code == 0, result.output[-3000:]
     return run_dir, messages
