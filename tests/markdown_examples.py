@@ -44,7 +44,12 @@ def run_python(source: str, folder: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "MPLBACKEND": "Agg"},
+        # Caches (captioning features, downloads) go to the scratch folder, never home.
+        env={
+            **os.environ,
+            "MPLBACKEND": "Agg",
+            "RNNKIT_DATA_DIR": str(folder / "rnnkit-data"),
+        },
     )
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -107,6 +112,8 @@ def run_shell_block(block: str, workdir: Path, monkeypatch) -> None:
     from rnnkit.cli import main
 
     monkeypatch.chdir(workdir)
+    # Caches (captioning features, downloads) go to the scratch folder, never home.
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(workdir / "rnnkit-data"))
     for command in shell_commands(block):
         prepare(command, workdir)
         words = shlex.split(command)
