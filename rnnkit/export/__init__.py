@@ -14,7 +14,10 @@ holding the artefacts and `export.json`, which names each file, signature, input
 output with its dtype and shape, and the versions that wrote it; it is written whole
 or not at all (see `rnnkit.export.writer`).
 
-The signatures of each recipe and example clients: docs/guides/export.md.
+The conversions themselves are `rnnkit.export.convert`: `to_tflite` (LiteRT with
+builtin ops only) and `to_onnx` (tf2onnx), with `run_tflite` and `run_onnx` to run
+the results in their own runtimes. The signatures of each recipe and example
+clients: docs/guides/export.md.
 """
 
 from __future__ import annotations

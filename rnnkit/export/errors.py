@@ -1,8 +1,10 @@
-"""The export's one error: a model or a request that cannot be exported as asked."""
+"""The error of an export that cannot be done: which model, which format, why."""
 
 from __future__ import annotations
 
+from rnnkit.errors import RnnkitError
 
-class ExportError(ValueError):
-    """A model, format or output path that cannot be exported as asked; the message
-    says why and what to do instead."""
+
+class ExportError(RnnkitError, ValueError):
+    """A model (or one of its operations) that a format cannot carry; the one-line
+    message says what and what to do instead."""
