@@ -243,6 +243,11 @@ class TranslationRecipe(Recipe):
                 f"(width {config.evaluation.beam_width})",
             )
 
+    def export_plan(self, model: keras.Model, config: TranslationConfig, format: str):
+        from rnnkit_recipes.translation.export import export_plan
+
+        return export_plan(model, config, format)
+
 
 def _check(config: TranslationConfig) -> None:
     from rnnkit.data.parallel_text import SPECIAL_TOKENS

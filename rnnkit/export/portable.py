@@ -34,4 +34,23 @@ def convert(artefact: Artefact, format: str, quantize: str = "none") -> bytes:
         return converters.to_tflite(
             artefact.model, input_signature=signature, quantize=quantize
         )
-    return converters.to_onnx(artefact.model, input_signature=signature)
+    data = converters.to_onnx(artefact.model, input_signature=signature)
+    return named_onnx_outputs(data, sorted(t.name for t in artefact.outputs))
+
+
+def named_onnx_outputs(data: bytes, names: list[str]) -> bytes:
+    """The ONNX model with its outputs named `names` (tf2onnx names them after the
+    graph's tensors; the converter gives a dict's outputs in sorted key order), so a
+    client reads "logits", "next_h_0", ... as in every other format."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    graph = proto.graph
+    if len(graph.output) != len(names):
+        return data
+    for output, name in zip(graph.output, names, strict=True):
+        if output.name == name:
+            continue
+        graph.node.append(onnx.helper.make_node("Identity", [output.name], [name]))
+        output.name = name
+    return proto.SerializeToString()
