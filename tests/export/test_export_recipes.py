@@ -4,6 +4,7 @@ with the Keras model's outputs within 1e-5 (float32)."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 
@@ -20,6 +21,13 @@ from tests.sentiment_support import imdb_sample
 from tests.shared_data import SHARED_DATA
 
 FORMATS = ("saved_model", "tflite", "onnx")
+
+# A LiteRT conversion that fails (below, the known bugs) leaves TensorFlow functions
+# whose deletion raises "Tried to remove non-existent function" whenever the garbage
+# collector reaches them, in whichever test that is.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning"
+)
 
 
 def known_conversion_bug(reason: str):
@@ -43,9 +51,13 @@ def exported(run_dir, format, tmp_path):
     try:
         return export(run_dir, format=format, output=tmp_path / format)
     except ExportError as error:
-        if format == "tflite" and "AssignVariableOp" in str(error):
-            pytest.xfail(f"LiteRT conversion of recurrent dropout: {error}")
-        raise
+        if format != "tflite" or "AssignVariableOp" not in str(error):
+            raise
+        message = str(error)
+    # The failed conversion leaves TensorFlow functions whose deletion raises;
+    # collect them here, inside the test that caused them.
+    gc.collect()
+    pytest.xfail(f"LiteRT conversion of recurrent dropout: {message}")
 
 
 def artefact_path(result, name="model"):
@@ -187,6 +199,7 @@ def multi30k(split: str, language: str, count: int) -> list[str]:
         return handle.read().splitlines()[:count]
 
 
+@pytest.mark.slow  # about 25 s: the text graph ops are checked in test_text.py
 def test_translation_saved_model_translates_as_greedy_search(runs, tmp_path):
     recipe, config, model = runner.load_run(runs("translation"), registry.load)
     sentences = [*multi30k("test_2016_flickr", "de", 12), "Ein Hund!", ""]
