@@ -97,6 +97,10 @@ Optional hooks (defaults do nothing or refuse):
   several GPUs and `mirrored`/`multiworker` stop with a one-line error. Default: None.
   (A model that reads raw strings needs nothing here: under `mirrored` the runner
   runs its string-reading first layer in the input pipeline.)
+- `export_plan(model, config, format)`: what the exported model takes and returns
+  in `format` ("saved_model", "tflite", "onnx"), as an `rnnkit.export.ExportPlan`
+  (signatures, LiteRT / ONNX artefacts, vocabulary files, formats refused and why).
+  `rnnkit export RUN_DIR` calls it. Default: None, "this recipe declares no export".
 - `predict_options`: options of `rnnkit predict` that set config values for that
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
@@ -108,8 +112,10 @@ What the commands call
 fits, then `evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
 `model.keras` and `config.toml`, sets `data.path` to PATH if given, and calls
 `load_data` and `evaluate` (no training). `rnnkit predict RUN_DIR INPUT...` reloads them
-and calls `predict` without loading any data. `rnnkit tune` calls `search_space` and
-`build_model` once per trial and minimises `objective` on the validation split.
+and calls `predict` without loading any data. `rnnkit export RUN_DIR --format F`
+reloads them and writes what `export_plan` declares. `rnnkit tune` calls
+`search_space` and `build_model` once per trial and minimises `objective` on the
+validation split.
 """
 
 from __future__ import annotations
@@ -222,6 +228,11 @@ class Recipe:
     ) -> list[keras.callbacks.Callback]:
         """Extra Keras callbacks for every fit of this recipe (optional hook)."""
         return []
+
+    def export_plan(self, model: keras.Model, config: RecipeConfig, format: str) -> Any:
+        """The `rnnkit.export.ExportPlan` of `model` in `format` (optional hook);
+        None: the recipe declares no export."""
+        return None
 
     @property
     def backtests(self) -> bool:

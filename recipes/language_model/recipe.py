@@ -290,6 +290,11 @@ class LanguageModelRecipe(Recipe):
                 Path(plot_dir).parent / "diagnostics",
             )
 
+    def export_plan(self, model: keras.Model, config: LanguageModelConfig, format: str):
+        from rnnkit_recipes.language_model.export import export_plan
+
+        return export_plan(model, config, format)
+
 
 def _prompts(inputs: Sequence[str]) -> list[str]:
     from rnnkit.data.text import read_inputs

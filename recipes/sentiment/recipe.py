@@ -186,6 +186,11 @@ class SentimentRecipe(Recipe):
             title=f"{self.name}: test split ({len(test)} texts)",
         )
 
+    def export_plan(self, model: keras.Model, config: SentimentConfig, format: str):
+        from rnnkit_recipes.sentiment.export import export_plan
+
+        return export_plan(model, config, format)
+
     def _test_probabilities(
         self, model: keras.Model, data: SentimentData, config: SentimentConfig
     ) -> np.ndarray:

@@ -118,6 +118,11 @@ class StockRecipe(Recipe):
     ) -> None:
         plot_test_forecast(model, data, config, plot_dir, config.train.batch_size)
 
+    def export_plan(self, model: keras.Model, config: StockConfig, format: str):
+        from rnnkit_recipes.stock.export import export_plan
+
+        return export_plan(model, config, format)
+
     def backtest_folds(
         self, data: StockData, config: StockConfig
     ) -> Iterable[StockData]:

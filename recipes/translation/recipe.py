@@ -319,6 +319,11 @@ def _head_heatmaps(model, target_ids, source_ids, tokens, target, folder, title)
             title=f"{title}, last block's cross-attention, head {head}",
         )
 
+    def export_plan(self, model: keras.Model, config: TranslationConfig, format: str):
+        from rnnkit_recipes.translation.export import export_plan
+
+        return export_plan(model, config, format)
+
 
 def _check(config: TranslationConfig) -> None:
     from rnnkit.data.parallel_text import SPECIAL_TOKENS

@@ -1,5 +1,5 @@
 """The `rnnkit` launcher: list, run, evaluate, predict, tune, diagnose, calibrate,
-info.
+export, info.
 
 One module per command (`rnnkit/cli/run.py`, ...), each a thin layer of options over
 library code; `_options.py` turns a recipe's config fields into options. The package
@@ -33,6 +33,7 @@ COMMANDS = {
     "calibrate": "rnnkit.cli.calibrate:calibrate",
     "diagnose": "rnnkit.cli.diagnose:diagnose",
     "evaluate": "rnnkit.cli.evaluate:evaluate",
+    "export": "rnnkit.cli.export:export",
     "info": "rnnkit.cli.info:info",
     "list": "rnnkit.cli.list:list_recipes",
     "predict": "rnnkit.cli.predict:predict",

@@ -166,6 +166,11 @@ class SubwordVocabulary(Vocabulary):
             )
         return proto.SerializeToString()
 
+    def model_proto(self) -> bytes:
+        """The SentencePiece model of these pieces (what `sentencepiece` and
+        TensorFlow Text's `SentencepieceTokenizer` load)."""
+        return self._model_proto(self.tokens)
+
     @classmethod
     def build(
         cls,

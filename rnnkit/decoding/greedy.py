@@ -72,6 +72,44 @@ def greedy_search(
     return _run(model, source_ids, settings, _greedy)
 
 
+def greedy_loop(
+    model: keras.Model,
+    source: Any,
+    *,
+    start_id: int,
+    end_id: int,
+    pad_id: int = 0,
+    suppress_ids: Sequence[int] = (),
+    max_length_ratio: float = 1.5,
+    max_length_offset: int = 10,
+    max_length: int | None = None,
+) -> dict[str, Any]:
+    """Greedy search as tensors, to be traced into a graph of your own (the
+    SavedModels of `rnnkit export` run it inside a signature).
+
+    The same loop as `greedy_search`, without its compilation cache and without
+    converting the result to numpy: call it inside a `tf.function` (or `jax.jit`).
+    The arguments are `greedy_search`'s; `source` is a tensor.
+
+    Returns:
+        A dict of tensors: "tokens" `(batch, 1, max_steps)`, "lengths" and
+        "log_probs" `(batch, 1)`, "attention" `(batch, max_steps, source_length)`.
+    """
+    settings = _Settings(
+        start_id,
+        end_id,
+        pad_id,
+        tuple(suppress_ids),
+        float(max_length_ratio),
+        int(max_length_offset),
+        0.0,
+        beam_width=1,
+        n_best=1,
+        max_length=max_length,
+    )
+    return _greedy(model, source, settings)
+
+
 def _greedy(model, source_ids, settings: _Settings):
     batch_size = ops.shape(source_ids)[0]
     limits, max_steps, source_length = _length_limits(source_ids, settings)

@@ -18,7 +18,7 @@ import keras
 from keras import ops
 
 from rnnkit._keras_private import backend as keras_backend
-from rnnkit.layers import _batch_shards, _xla_policy
+from rnnkit.layers import _batch_shards, _export, _xla_policy
 from rnnkit.layers._cell_math import STATE_DTYPE
 
 
@@ -39,6 +39,17 @@ def run_loop(
     def step(inputs, states):
         return cell.step(inputs, states, weights, input_mask, recurrent_mask)
 
+    if _export.active() and not unroll:
+        return _export.rnn(
+            step,
+            sequences,
+            initial_state,
+            cell.output_size,
+            go_backwards=go_backwards,
+            mask=mask,
+            zero_output_for_mask=zero_output_for_mask,
+            return_all_outputs=return_sequences,
+        )
     return keras_backend.rnn(
         step,
         sequences,
@@ -75,6 +86,13 @@ def bptt_blockers(layer) -> list[str]:
 def generic_path(layer, sequences, initial_state, mask, training):
     """The generic loop's name ("generic loop, XLA-compiled, hand-written BPTT")
     and runner."""
+    if _export.active():
+        # Traced for export: the plain loop in builtin ops (`_export.rnn`), not
+        # XLA, the batch in shards or the hand-written backward pass.
+        def plain_loop():
+            return generic_loop(layer, sequences, initial_state, mask, training)
+
+        return "generic loop, for export (builtin ops)", plain_loop
     hand_written = False
     bptt = ""
     if training:

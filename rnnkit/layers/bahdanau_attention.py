@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from rnnkit.layers import _attention, _bahdanau_xla, _kernels, _xla
+from rnnkit.layers import _attention, _bahdanau_xla, _export, _kernels, _xla
 
 #: `BahdanauAttention.execution_path` for a sequence of queries on TensorFlow.
 XLA_PATH = "XLA-compiled per-query loop, hand-written backward pass"
@@ -11,6 +11,8 @@ XLA_PATH = "XLA-compiled per-query loop, hand-written backward pass"
 REMAT_PATH = "per-query loop, recomputed on the backward pass (keras.remat)"
 #: ... and for a single (batch, query_dim) query, a decoder step.
 STEP_PATH = "one query step"
+#: ... and a sequence of queries traced for export (`rnnkit.export`).
+EXPORT_PATH = "all queries at once, for export (builtin ops)"
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -238,6 +240,11 @@ class BahdanauAttention(keras.layers.Layer):
                 projected_query[:, 0], projected_key, score_vector
             )  # (batch, Tv)
             scores = ops.expand_dims(scores, 1)  # (batch, 1, Tv)
+        elif _export.active():  # no loop: it would not convert (`_export`)
+            self.execution_path = EXPORT_PATH
+            scores = _export.bahdanau_scores(
+                projected_query, projected_key, score_vector
+            )  # (batch, Tq, Tv)
         elif self._use_xla():
             self.execution_path = XLA_PATH
             loop_dtype = projected_query.dtype

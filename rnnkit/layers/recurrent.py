@@ -24,7 +24,7 @@ from keras import ops
 # The dropout-cell mix-in is private: it comes from the one module that checks such
 # symbols (see its docstring).
 from rnnkit._keras_private import DropoutRNNCell
-from rnnkit.layers import _kernels, _loops
+from rnnkit.layers import _export, _kernels, _loops
 from rnnkit.layers._cell_math import (
     STATE_DTYPE,
     activation_name,
@@ -464,6 +464,9 @@ class RecurrentLayer(keras.layers.RNN):
         generic_path, generic_loop = _loops.generic_path(
             self, sequences, initial_state, mask, training
         )
+        if _export.active():  # no fused kernel converts (`_export`)
+            self.execution_path = generic_path
+            return generic_loop()
         try:
             outputs, self.execution_path = _kernels.run_fused(
                 self,

@@ -1,0 +1,181 @@
+"""What the exported translation model takes and returns (`rnnkit export RUN_DIR`).
+
+SavedModel, signature `translate` (also `serving_default`), greedy decoding inside
+(a `tf.while_loop`):
+
+    text         string (batch,): source sentences, raw
+ -> translation  string (batch,): detokenized greedy translations
+    token_ids    int32 (batch, steps): the generated target ids, end token included
+
+Its text handling is the recipe's, in graph ops (`rnnkit.export.text`); Unicode
+normalisation and SentencePiece are TensorFlow Text ops, so load it after
+`import tensorflow_text`. The SavedModel also has `encode` and `decoder_step`, the
+two signatures below with any source length.
+
+LiteRT and ONNX: two files, so that a client runs greedy or beam search itself
+(`rnnkit.export.clients.greedy_decode` is the greedy loop):
+
+- `encoder`: `source_ids` int32 (batch, source_length), right-padded with 0 (an
+  empty sentence is the one id 1, unknown) -> the memory the decoder attends over
+  (`memory_values`, `memory_keys`, `memory_mask`, ...) and its first state
+  (`state_0`, ...);
+- `decoder_step`: `token` int32 (batch,) (the start id 2 first), the state and the
+  memory -> `logits` (batch, target vocabulary), `attention` (batch,
+  source_length) and `next_state_0`, ... for the next step.
+
+The vocabularies are written beside them (`source_vocabulary.txt`,
+`target_vocabulary.txt`, line i = id i) with, for subword vocabularies, the
+SentencePiece models (`source.model`, `target.model`) that encode words to piece ids
+(`rnnkit.data.parallel_text.tokenize` makes the words).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import keras
+    from rnnkit_recipes.translation.config import TranslationConfig
+
+    from rnnkit.export import ExportPlan
+
+
+def export_plan(
+    model: keras.Model, config: TranslationConfig, format: str
+) -> ExportPlan:
+    import tensorflow as tf
+    from keras import ops
+    from rnnkit_recipes.translation.data import text_options
+    from rnnkit_recipes.translation.recipe import _saved_tokenizer
+
+    from rnnkit.data.parallel_text import (
+        END_ID,
+        PAD_ID,
+        START_ID,
+        UNK_ID,
+        SubwordVocabulary,
+    )
+    from rnnkit.decoding import greedy_loop
+    from rnnkit.export import Artefact, Endpoint, ExportError, ExportPlan, Tensor
+    from rnnkit.export.signature import SignatureModel
+    from rnnkit.export.steps import decoder_signatures
+    from rnnkit.export.text import GraphVocabulary, words
+
+    if model.source_tokens is None or model.target_tokens is None:
+        raise ExportError(
+            "this run's model holds no vocabularies (token lists); it cannot be "
+            "exported with its text handling"
+        )
+    tokenizer = _saved_tokenizer(model, config)
+    subword = tokenizer == "subword"
+    options = text_options(config)
+    evaluation = config.evaluation
+    search = dict(
+        start_id=START_ID,
+        end_id=END_ID,
+        pad_id=PAD_ID,
+        suppress_ids=(PAD_ID, START_ID),
+        max_length_ratio=evaluation.max_length_ratio,
+        max_length_offset=evaluation.max_length_offset,
+    )
+    files = {
+        "source_vocabulary.txt": "\n".join(model.source_tokens) + "\n",
+        "target_vocabulary.txt": "\n".join(model.target_tokens) + "\n",
+    }
+    if subword:
+        files["source.model"] = SubwordVocabulary(model.source_tokens).model_proto()
+        files["target.model"] = SubwordVocabulary(model.target_tokens).model_proto()
+    notes = {
+        "tokenizer": tokenizer,
+        "unicode_form": options.unicode_form,
+        "lowercase": options.lowercase,
+        "split_punctuation": options.split_punctuation,
+        "pad_id": PAD_ID,
+        "unknown_id": UNK_ID,
+        "start_id": START_ID,
+        "end_id": END_ID,
+        "suppress_ids": [PAD_ID, START_ID],
+        "max_length_ratio": evaluation.max_length_ratio,
+        "max_length_offset": evaluation.max_length_offset,
+    }
+    plan = ExportPlan(recipe="translation", files=files, notes=notes)
+
+    if format == "saved_model":
+        source = GraphVocabulary(
+            model.source_tokens, files.get("source.model") if subword else None
+        )
+        target = GraphVocabulary(
+            model.target_tokens,
+            files.get("target.model") if subword else None,
+            encodes=False,
+        )
+
+        def translate(values: dict) -> dict:
+            tokens = words(
+                values["text"],
+                options.unicode_form,
+                options.lowercase,
+                options.split_punctuation,
+            )
+            ids = source.encode(tokens)  # ragged (batch, None)
+            lengths = ids.row_lengths()
+            width = tf.maximum(tf.reduce_max(tf.concat([lengths, [1]], 0)), 1)
+            dense = tf.pad(ids.to_tensor(PAD_ID), [[0, 0], [0, 1]])[:, :width]
+            # A sentence without tokens still has one, unknown (as `search` does).
+            first = tf.where(tf.equal(lengths, 0), UNK_ID, dense[:, 0])
+            dense = tf.concat([first[:, None], dense[:, 1:]], axis=1)
+            result = greedy_loop(model, dense, **search)
+            token_ids = ops.cast(result["tokens"][:, 0], "int32")  # (batch, steps)
+            return {"translation": target.decode(token_ids), "token_ids": token_ids}
+
+        source_spec = Tensor(
+            "source_ids", "int32", (None, None), "source token ids, right-padded"
+        )
+        encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
+            model, source_spec, ops.ones((1, 3), "int32")
+        )
+        plan.endpoints = [
+            Endpoint(
+                "translate",
+                translate,
+                [Tensor("text", "string", (None,), "source sentences")],
+                [
+                    Tensor("translation", "string", (None,), "greedy translations"),
+                    Tensor("token_ids", "int32", (None, None), "generated ids"),
+                ],
+                "source sentences in, greedy translations out",
+            ),
+            Endpoint("encode", encode, e_in, e_out, "the encoder"),
+            Endpoint("decoder_step", step, s_in, s_out, "one decoder step"),
+        ]
+        plan.track = [model, *source.resources(), *target.resources()]
+        return plan
+
+    length = config.data.max_length or 50
+    source_spec = Tensor(
+        "source_ids",
+        "int32",
+        (None, length),
+        "source token ids, right-padded with 0 to this length",
+    )
+    encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
+        model, source_spec, ops.ones((1, length), "int32")
+    )
+    plan.notes["source_length"] = length
+    plan.artefacts = [
+        Artefact(
+            "encoder",
+            SignatureModel(encode, [model], name="encoder"),
+            e_in,
+            e_out,
+            "source ids in, the decoder's memory and first state out",
+        ),
+        Artefact(
+            "decoder_step",
+            SignatureModel(step, [model], name="decoder_step"),
+            s_in,
+            s_out,
+            "the previous token, state and memory in; logits and next state out",
+        ),
+    ]
+    return plan

@@ -1,0 +1,64 @@
+"""Small trained runs of the recipes, shared by the export tests (one per recipe).
+
+Each is the recipe's smoke config cut further (fewer examples, one epoch, no slow
+baselines): the export tests need a trained model of the recipe's architecture, not a
+good one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import invoke
+
+ROOT = Path(__file__).resolve().parents[2]
+
+QUICK = {
+    "stock": ["--set", "train.epochs=1"],
+    "language_model": ["--set", "train.epochs=1", "--set", "data.limit=8000"],
+    "sentiment": [
+        "--set",
+        "data.limit=200",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "evaluation.baselines=false",
+    ],  # fmt: skip
+    "translation": [
+        "--set",
+        "data.limit=120",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "evaluation.beam_width=1",
+        "--set",
+        "evaluation.heatmaps=0",
+    ],  # fmt: skip
+}
+
+
+def trained_run(folder: Path, recipe: str) -> Path:
+    run_dir = folder / recipe
+    config = ROOT / "recipes" / recipe / "configs" / "smoke.toml"
+    result = invoke(
+        "run", recipe, "--config", str(config), "--run-dir", str(run_dir),
+        *QUICK[recipe],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return run_dir
+
+
+@pytest.fixture(scope="package")
+def runs(tmp_path_factory):
+    """{recipe: run directory}, each trained on first use."""
+    folder = tmp_path_factory.mktemp("export_runs")
+    made: dict[str, Path] = {}
+
+    def get(recipe: str) -> Path:
+        if recipe not in made:
+            made[recipe] = trained_run(folder, recipe)
+        return made[recipe]
+
+    return get

@@ -1,0 +1,88 @@
+"""`rnnkit export` refuses in one line and leaves nothing half-written."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.export import ExportError, export, writer
+from tests.cli.support import invoke
+
+
+def one_line_error(result, *words):
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_unknown_run_directory(tmp_path):
+    result = invoke("export", str(tmp_path / "nowhere"), "--format", "onnx")
+    one_line_error(result, "no run directory", "nowhere")
+
+
+def test_a_folder_that_is_not_a_completed_run(tmp_path):
+    result = invoke("export", str(tmp_path), "--format", "onnx")
+    one_line_error(result, "not a completed rnnkit run")
+    assert not (tmp_path / "export").exists()
+
+
+def test_unknown_format(tmp_path):
+    result = invoke("export", str(tmp_path), "--format", "coreml")
+    assert result.exit_code == 2 and "coreml" in result.output
+    with pytest.raises(ExportError, match="unknown export format 'coreml'"):
+        export(tmp_path, format="coreml")
+
+
+def test_quantization_of_another_format(tmp_path):
+    with pytest.raises(ExportError, match="LiteRT files only"):
+        export(tmp_path, format="onnx", quantize="dynamic")
+
+
+def small_model(name="small"):
+    inputs = keras.Input((4, 3), name="window")
+    outputs = keras.layers.Dense(2, name="forecast")(inputs[:, -1])
+    return keras.Model(inputs, outputs, name=name)
+
+
+def test_existing_output_needs_force(tmp_path):
+    output = tmp_path / "out"
+    export(small_model(), format="saved_model", output=output)
+    marker = output / "export.json"
+    before = marker.read_text()
+    with pytest.raises(ExportError, match="already exists.*--force"):
+        export(small_model(), format="saved_model", output=output)
+    assert marker.read_text() == before
+    replaced = export(
+        small_model("second"), format="saved_model", output=output, force=True
+    )
+    assert json.loads(marker.read_text())["model"] == "second"
+    assert replaced.output == output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_format_that_cannot_carry_the_model_names_one_that_can(tmp_path):
+    texts = keras.Input((), dtype="string", name="text")
+    vectorizer = keras.layers.TextVectorization(max_tokens=10)
+    vectorizer.adapt(np.array(["a b c", "b c d"]))
+    model = keras.Model(texts, vectorizer(texts))
+    for format in ("onnx", "tflite"):
+        with pytest.raises(ExportError, match="reads strings.*--format saved_model"):
+            export(model, format=format, output=tmp_path / format)
+        assert not (tmp_path / format).exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_full_disk_leaves_nothing(tmp_path, monkeypatch):
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(writer, "write_bytes", full)
+    with pytest.raises(ExportError, match="no space left.*nothing was written"):
+        export(small_model(), format="saved_model", output=tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
