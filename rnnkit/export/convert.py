@@ -32,6 +32,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rnnkit._keras_private import freeze_function
 from rnnkit.export.errors import ExportError
 from rnnkit.export.runtimes import run_onnx, run_tflite
 from rnnkit.layers._export import export_mode
@@ -75,9 +76,15 @@ def to_tflite(model: Any, input_signature: Any = None, quantize: str = "none") -
     import tensorflow as tf
 
     with export_mode():
-        function, owner, what = _traced(model, input_signature)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], owner)
+        function, what = _traced(model, input_signature)
+    # The weights as constants (which quantization needs), not resource variables
+    # that a client would have to initialise; a tf.Module as the owner: the
+    # converter saves it with the function as its signature, which keeps the names.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [_frozen(function)], tf.Module()
+    )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.experimental_enable_resource_variables = False
     if quantize != "none":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
@@ -109,11 +116,14 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     import tf2onnx
 
     with export_mode():
-        function, _, what = _traced(model, input_signature)
+        function, what = _traced(model, input_signature)
         signature = function.structured_input_signature[0]
+        _check_onnx_names(function, what)
+        # Its rewriters log failed pattern matches as errors; what matters ends in
+        # an exception or an unconverted node, checked below.
         tf2onnx_log = logging.getLogger("tf2onnx")
         level = tf2onnx_log.level
-        tf2onnx_log.setLevel(logging.ERROR)
+        tf2onnx_log.setLevel(logging.CRITICAL)
         try:
             with _stderr_captured():
                 proto, _ = tf2onnx.convert.from_function(
@@ -148,6 +158,23 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     return proto.SerializeToString()
 
 
+def _check_onnx_names(function, what: str) -> None:
+    """An ONNX graph names every tensor once: an output may not take an input's
+    name (tf2onnx would rename the input away)."""
+    import tensorflow as tf
+
+    inputs = {
+        spec.name for spec in tf.nest.flatten(function.structured_input_signature)
+    }
+    outputs = function.structured_outputs
+    shared = sorted(inputs & set(outputs)) if isinstance(outputs, Mapping) else []
+    if shared:
+        raise ExportError(
+            f"{what} has an output named like an input ({', '.join(shared)}), which "
+            "ONNX cannot name twice: rename the output (e.g. 'next_state')."
+        )
+
+
 class _Traced:
     """A concrete function in the shape tf2onnx asks for (a `tf.function` whose
     `get_concrete_function` it calls)."""
@@ -160,8 +187,8 @@ class _Traced:
 
 
 def _traced(model, input_signature):
-    """(The concrete function of `model`, traced now, outputs flattened; the
-    object that owns its variables; what it is, for messages)."""
+    """(The concrete function of `model`, traced now, outputs flattened; what it
+    is, for messages)."""
     import keras
     import tensorflow as tf
 
@@ -173,7 +200,7 @@ def _traced(model, input_signature):
                 "A concrete function has its signature already: pass "
                 "input_signature=None, or pass the tf.function instead."
             )
-        return model, tf.Module(), f"function {model.name!r}"
+        return model, f"function {model.name!r}"
     if isinstance(model, tf.types.experimental.PolymorphicFunction):
         signature = input_signature or model.input_signature
         python_function = model.python_function
@@ -198,7 +225,7 @@ def _traced(model, input_signature):
 
     # autograph as for any tf.function: the function may branch on tensors.
     traced = tf.function(serve, input_signature=_named_specs(arguments))
-    return traced.get_concrete_function(), tf.Module(), f"function {name!r}"
+    return traced.get_concrete_function(), f"function {name!r}"
 
 
 def _traced_keras(model, input_signature):
@@ -233,7 +260,23 @@ def _traced_keras(model, input_signature):
         return _flat_outputs(model(*args, training=False))
 
     traced = tf.function(serve, input_signature=signature, autograph=False)
-    return traced.get_concrete_function(), model, what
+    return traced.get_concrete_function(), what
+
+
+def _frozen(function):
+    """`function` with the values of its variables as constants, and its input
+    names and output structure (dict keys) kept."""
+    import tensorflow as tf
+
+    constant = freeze_function(function)  # flat inputs -> flat outputs
+    structure = function.structured_outputs
+
+    def serve(*args):
+        outputs = constant(*tf.nest.flatten(args))
+        return tf.nest.pack_sequence_as(structure, outputs, expand_composites=True)
+
+    signature = function.structured_input_signature[0]
+    return tf.function(serve, input_signature=signature).get_concrete_function()
 
 
 def _named_specs(arguments):
