@@ -451,3 +451,28 @@ def test_files_are_written_by_the_caller(tmp_path):
     from_path = convert.run_tflite(path, windows)
     from_memory = convert.run_tflite(path.read_bytes(), windows)
     np.testing.assert_array_equal(from_path[0], from_memory[0])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_models_a_file_cannot_reproduce_are_refused(fmt):
+    to_format = getattr(convert, f"to_{fmt}")
+    stateful = keras.Sequential(
+        [keras.Input((5, 4), batch_size=2), layers.GRU(3, stateful=True)]
+    )
+    with pytest.raises(convert.ExportError, match="is stateful.*return_state=True"):
+        to_format(stateful)
+    mixed = keras.Sequential(
+        [keras.Input((None, 4)), layers.LSTM(3, dtype="mixed_bfloat16")]
+    )
+    with pytest.raises(convert.ExportError, match="computes in bfloat16"):
+        to_format(mixed)
+
+
+def test_a_keras_rnn_of_a_cell_is_pointed_to_rnnkit_layers():
+    inputs = keras.Input((None, 4))
+    model = keras.Model(inputs, keras.layers.RNN(layers.LSTMCell(3))(inputs))
+    with pytest.raises(convert.ExportError) as error:
+        convert.to_tflite(model)
+    assert "rnnkit.layers.SimpleRNN, LSTM or GRU for keras.layers.RNN" in str(
+        error.value
+    )
