@@ -340,6 +340,9 @@ class RecurrentLayer(keras.layers.RNN):
        that pays (`jit_compile`), the batch in shards side by side
        (`batch_shards`), and in training with the hand-written backward pass
        where the cell has one.
+    3. Traced for export (`rnnkit.export.convert`), neither: the plain loop in
+       operations that LiteRT runs with builtin ops and ONNX carries, with the
+       same numbers (`rnnkit.layers._export`).
 
     `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
