@@ -34,11 +34,17 @@ Keras creates in `__init__` or `build`, fail at their first use with the same me
   metrics' variables; the multi-worker loop calls it under its strategy and, if a
   Keras release drops it (this returns None), logs the losses only.
 
-Private TensorFlow, in `TF_SYMBOLS`, is used by one best-effort function:
-`limit_cluster_registration` bounds a worker's wait for the chief through
-TensorFlow's coordination service, and leaves TensorFlow's default when a symbol has
-moved. It is resolved when called, not on import, so this module does not import
-TensorFlow's internals for runs that never start a cluster.
+Private TensorFlow, in `TF_SYMBOLS`, is used by two functions, and resolved when
+they are called, not on import, so this module does not import TensorFlow's
+internals for runs that need neither:
+
+- `limit_cluster_registration` (best effort) bounds a worker's wait for the chief
+  through TensorFlow's coordination service, and leaves TensorFlow's default when a
+  symbol has moved.
+- `freeze_function`: a concrete function with its variables read into constants
+  (`convert_variables_to_constants_v2`, what TensorFlow's own LiteRT converter and
+  tf2onnx freeze with), so that a LiteRT file holds its weights and keeps the
+  names of its signature.
 
 """
 
@@ -81,6 +87,11 @@ TF_SYMBOLS = (
     ("tensorflow.python.eager.context", "context"),
     ("tensorflow.python.eager.context", "Context.configure_coordination_service"),
     ("tensorflow.python.training.server_lib", "ClusterSpec"),
+    # `freeze_function`, for the LiteRT export (rnnkit/export/convert.py).
+    (
+        "tensorflow.python.framework.convert_to_constants",
+        "convert_variables_to_constants_v2",
+    ),
 )
 
 
@@ -168,6 +179,17 @@ def symbolic_build(model: keras.Model) -> Any:
     """`model._symbolic_build` (call it with `data_batch=`), or None when this
     Keras has no such method."""
     return getattr(model, "_symbolic_build", None)
+
+
+def freeze_function(function: Any) -> Any:
+    """`function` (a concrete function) with every variable it reads replaced by
+    the variable's value, as a constant: a function of its inputs alone, called
+    with them flat, returning its outputs flat."""
+    convert = resolve(
+        "tensorflow.python.framework.convert_to_constants",
+        "convert_variables_to_constants_v2",
+    )
+    return convert(function, lower_control_flow=False)
 
 
 def limit_cluster_registration(cluster: dict[str, list[str]], seconds: float) -> bool:

@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rnnkit._keras_private import freeze_function
+from rnnkit.export import _diagnosis
 from rnnkit.export.errors import ExportError
 from rnnkit.export.runtimes import run_onnx, run_tflite
 from rnnkit.layers._export import export_mode
@@ -75,18 +77,25 @@ def to_tflite(model: Any, input_signature: Any = None, quantize: str = "none") -
     import tensorflow as tf
 
     with export_mode():
-        function, owner, what = _traced(model, input_signature)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], owner)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantize != "none":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantize == "float16":
-        converter.target_spec.supported_types = [tf.float16]
+        function, what = _traced(model, input_signature)
     try:
         with _stderr_captured():
+            # The weights as constants (which quantization needs), not resource
+            # variables that a client would have to initialise; a tf.Module as the
+            # owner: the converter saves it with the function as its signature,
+            # which keeps the names.
+            converter = tf.lite.TFLiteConverter.from_concrete_functions(
+                [_frozen(function)], tf.Module()
+            )
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            converter.experimental_enable_resource_variables = False
+            if quantize != "none":
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            if quantize == "float16":
+                converter.target_spec.supported_types = [tf.float16]
             return converter.convert()
     except Exception as error:  # the converter's ConverterError, among others
-        raise ExportError(_tflite_failure(what, model, error)) from None
+        raise ExportError(_diagnosis.tflite_failure(what, model, error)) from None
 
 
 def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -> bytes:
@@ -109,11 +118,14 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     import tf2onnx
 
     with export_mode():
-        function, _, what = _traced(model, input_signature)
+        function, what = _traced(model, input_signature)
         signature = function.structured_input_signature[0]
+        _check_onnx_names(function, what)
+        # Its rewriters log failed pattern matches as errors; what matters ends in
+        # an exception or an unconverted node, checked below.
         tf2onnx_log = logging.getLogger("tf2onnx")
         level = tf2onnx_log.level
-        tf2onnx_log.setLevel(logging.ERROR)
+        tf2onnx_log.setLevel(logging.CRITICAL)
         try:
             with _stderr_captured():
                 proto, _ = tf2onnx.convert.from_function(
@@ -121,19 +133,11 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
                 )
         except Exception as error:
             raise ExportError(
-                f"{what} does not convert to ONNX: {_first_line(error)}"
+                f"{what} does not convert to ONNX: {_diagnosis.first_line(error)}"
             ) from None
         finally:
             tf2onnx_log.setLevel(level)
-    # tf2onnx keeps an operation it cannot convert as it is (`continue_on_error`):
-    # any node outside ONNX's own domains is one.
-    unconverted = sorted(
-        {
-            node.op_type
-            for node in _all_nodes(proto.graph)
-            if node.domain not in ("", "ai.onnx", "ai.onnx.ml")
-        }
-    )
+    unconverted = _diagnosis.unconverted_onnx_ops(proto)
     if unconverted:
         raise ExportError(
             f"{what} does not convert to ONNX: tf2onnx has no conversion for the "
@@ -143,9 +147,26 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as error:
         raise ExportError(
-            f"{what} converted to an invalid ONNX model: {_first_line(error)}"
+            f"{what} converted to an invalid ONNX model: {_diagnosis.first_line(error)}"
         ) from None
     return proto.SerializeToString()
+
+
+def _check_onnx_names(function, what: str) -> None:
+    """An ONNX graph names every tensor once: an output may not take an input's
+    name (tf2onnx would rename the input away)."""
+    import tensorflow as tf
+
+    inputs = {
+        spec.name for spec in tf.nest.flatten(function.structured_input_signature)
+    }
+    outputs = function.structured_outputs
+    shared = sorted(inputs & set(outputs)) if isinstance(outputs, Mapping) else []
+    if shared:
+        raise ExportError(
+            f"{what} has an output named like an input ({', '.join(shared)}), which "
+            "ONNX cannot name twice: rename the output (e.g. 'next_state')."
+        )
 
 
 class _Traced:
@@ -160,8 +181,8 @@ class _Traced:
 
 
 def _traced(model, input_signature):
-    """(The concrete function of `model`, traced now, outputs flattened; the
-    object that owns its variables; what it is, for messages)."""
+    """(The concrete function of `model`, traced now, outputs flattened; what it
+    is, for messages)."""
     import keras
     import tensorflow as tf
 
@@ -173,7 +194,7 @@ def _traced(model, input_signature):
                 "A concrete function has its signature already: pass "
                 "input_signature=None, or pass the tf.function instead."
             )
-        return model, tf.Module(), f"function {model.name!r}"
+        return model, f"function {model.name!r}"
     if isinstance(model, tf.types.experimental.PolymorphicFunction):
         signature = input_signature or model.input_signature
         python_function = model.python_function
@@ -198,7 +219,7 @@ def _traced(model, input_signature):
 
     # autograph as for any tf.function: the function may branch on tensors.
     traced = tf.function(serve, input_signature=_named_specs(arguments))
-    return traced.get_concrete_function(), tf.Module(), f"function {name!r}"
+    return traced.get_concrete_function(), f"function {name!r}"
 
 
 def _traced_keras(model, input_signature):
@@ -206,6 +227,7 @@ def _traced_keras(model, input_signature):
     import tensorflow as tf
 
     what = f"Model {model.name!r}"
+    _diagnosis.check_model(model, what)
     if input_signature is None:
         if not model.built or not getattr(model, "inputs", None):
             raise ExportError(
@@ -233,7 +255,23 @@ def _traced_keras(model, input_signature):
         return _flat_outputs(model(*args, training=False))
 
     traced = tf.function(serve, input_signature=signature, autograph=False)
-    return traced.get_concrete_function(), model, what
+    return traced.get_concrete_function(), what
+
+
+def _frozen(function):
+    """`function` with the values of its variables as constants, and its input
+    names and output structure (dict keys) kept."""
+    import tensorflow as tf
+
+    constant = freeze_function(function)  # flat inputs -> flat outputs
+    structure = function.structured_outputs
+
+    def serve(*args):
+        outputs = constant(*tf.nest.flatten(args))
+        return tf.nest.pack_sequence_as(structure, outputs, expand_composites=True)
+
+    signature = function.structured_input_signature[0]
+    return tf.function(serve, input_signature=signature).get_concrete_function()
 
 
 def _named_specs(arguments):
@@ -283,80 +321,6 @@ def _flat_outputs(outputs):
             return {str(key): value for key, value in sorted(outputs.items())}
     flat = tf.nest.flatten(outputs)
     return flat[0] if len(flat) == 1 else tuple(flat)
-
-
-def _all_nodes(graph):
-    """Every node of an ONNX graph, those of its subgraphs (a Loop's body)
-    included."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.g.node:
-                yield from _all_nodes(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _all_nodes(subgraph)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
-
-
-def _keras_recurrent_layers(model) -> list[str]:
-    """The Keras recurrent layers (not rnnkit's) inside `model`, by class name."""
-    import keras
-
-    from rnnkit.layers import RecurrentLayer
-
-    found, stack = [], [model]
-    while stack:
-        layer = stack.pop()
-        if isinstance(layer, keras.layers.RNN) and not isinstance(
-            layer, RecurrentLayer
-        ):
-            found.append(type(layer).__name__)
-        stack.extend(getattr(layer, "layers", None) or [])
-        for direction in ("forward_layer", "backward_layer"):
-            if getattr(layer, direction, None) is not None:
-                stack.append(getattr(layer, direction))
-    return sorted(set(found))
-
-
-def _tflite_failure(what: str, model, error: BaseException) -> str:
-    """One line: which operations have no LiteRT builtin, and what to do."""
-    text = str(error)
-    ops = sorted(set(re.findall(r"'(tf\.\w+)' op", text)))
-    ops += sorted(set(re.findall(r"\bFlex(\w+)", text)) - {o[3:] for o in ops})
-    needs = (
-        f"it needs TensorFlow op(s) {', '.join(ops[:4])}"
-        + (" ..." if len(ops) > 4 else "")
-        if ops
-        else _first_line(error)
-    )
-    advice = (
-        "replace that operation, or convert it yourself with Select TF ops "
-        "(tf.lite.OpsSet.SELECT_TF_OPS), which needs the TensorFlow runtime in LiteRT"
-    )
-    keras_layers = _keras_recurrent_layers(model) if _is_keras(model) else []
-    if keras_layers:
-        advice = (
-            f"it holds keras.layers.{', '.join(keras_layers)}: use "
-            "rnnkit.layers of the same name, which take the same weights "
-            "(set_weights) and convert"
-        )
-    elif any("TensorList" in op for op in ops):
-        advice = (
-            "a loop keeps a tf.TensorArray of unknown batch size: build the model "
-            "from rnnkit.layers, and trace functions inside "
-            "rnnkit.export.convert.export_mode()"
-        )
-    return f"{what} does not convert to LiteRT with builtin ops: {needs}; {advice}."
-
-
-def _is_keras(model) -> bool:
-    import keras
-
-    return isinstance(model, keras.Model)
 
 
 @contextlib.contextmanager

@@ -21,8 +21,9 @@ def run_tflite(
 
     Args:
         model: The flatbuffer (`to_tflite`) or the path of a `.tflite` file.
-        inputs: A numpy array (one input), a list of arrays in the order of the
-            model's inputs, or a dict of them by input name.
+        inputs: A dict of numpy arrays by input name, or for a model of one
+            input, the array. (A LiteRT signature keeps its inputs by name
+            only, not in the order of the model's arguments.)
         signature_key: The signature to run; None: the model's only one.
 
     Returns:
@@ -44,11 +45,14 @@ def run_tflite(
         signature_key = next(iter(signatures))
     runner = interpreter.get_signature_runner(signature_key)
     details = runner.get_input_details()
-    # The signature's inputs in the order of the function's arguments.
-    names = sorted(details, key=lambda name: details[name]["index"])
+    if len(details) > 1 and not isinstance(inputs, Mapping):
+        raise ExportError(
+            f"The LiteRT model takes {len(details)} inputs "
+            f"({', '.join(sorted(details))}): pass a dict of arrays by name."
+        )
     feeds = {
         name: _as_input(value, details[name]["dtype"])
-        for name, value in _named(inputs, names).items()
+        for name, value in _named(inputs, sorted(details)).items()
     }
     results = runner(**feeds)
     return [results[name] for name in sorted(results, key=_output_order)]
@@ -59,7 +63,8 @@ def run_onnx(model: bytes | str | os.PathLike, inputs: Any) -> list:
 
     Args:
         model: The serialized model (`to_onnx`) or the path of a `.onnx` file.
-        inputs: As for `run_tflite`.
+        inputs: A dict of numpy arrays by input name, a list of them in the order
+            of the model's inputs, or for a model of one input, the array.
 
     Returns:
         The outputs as a list of numpy arrays, in the model's order.

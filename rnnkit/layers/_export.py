@@ -71,8 +71,10 @@ def rnn(
 
     inputs = tf.transpose(sequences, (1, 0, 2))  # (time, batch, features)
     if mask is not None:
-        # int32: LiteRT slices no booleans (STRIDED_SLICE).
-        mask = tf.transpose(tf.cast(mask, tf.int32))[..., None]  # (time, batch, 1)
+        # int32, and expand_dims rather than [..., None]: LiteRT's STRIDED_SLICE
+        # takes neither booleans nor a new axis beside an ellipsis.
+        mask = tf.expand_dims(tf.transpose(tf.cast(mask, tf.int32)), -1)
+        # (time, batch, 1)
     if go_backwards:
         inputs = tf.reverse(inputs, [0])
         mask = None if mask is None else tf.reverse(mask, [0])
@@ -101,7 +103,7 @@ def rnn(
             ]
         if return_all_outputs:
             outputs = tf.tensor_scatter_nd_update(
-                outputs, tf.reshape(time, (1, 1)), output[None]
+                outputs, tf.reshape(time, (1, 1)), tf.expand_dims(output, 0)
             )  # (time, batch, units)
         return (time + 1, output, outputs, *new_states)
 
@@ -111,7 +113,7 @@ def rnn(
         (tf.constant(0, tf.int32), zeros, outputs, *states),
     )
     if not return_all_outputs:
-        outputs = last_output[None]  # (1, batch, units)
+        outputs = tf.expand_dims(last_output, 0)  # (1, batch, units)
     return last_output, tf.transpose(outputs, (1, 0, 2)), list(states)
 
 

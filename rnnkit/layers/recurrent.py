@@ -196,6 +196,18 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         size = self.state_size
         return list(size) if isinstance(size, (list, tuple)) else [size]
 
+    def get_dropout_mask(self, step_input):
+        # Traced for export (inference): no mask, and no draw from the seed
+        # generator, whose state update LiteRT's converter could not freeze.
+        if _export.active():
+            return None
+        return super().get_dropout_mask(step_input)
+
+    def get_recurrent_dropout_mask(self, step_input):
+        if _export.active():
+            return None
+        return super().get_recurrent_dropout_mask(step_input)
+
     def dropout_masks(self, inputs, state, training):
         """The input and recurrent dropout masks for this sequence (or None)."""
         if not training:
@@ -328,6 +340,9 @@ class RecurrentLayer(keras.layers.RNN):
        that pays (`jit_compile`), the batch in shards side by side
        (`batch_shards`), and in training with the hand-written backward pass
        where the cell has one.
+    3. Traced for export (`rnnkit.export.convert`), neither: the plain loop in
+       operations that LiteRT runs with builtin ops and ONNX carries, with the
+       same numbers (`rnnkit.layers._export`).
 
     `execution_path` is set while a call is traced (inside `Model.fit`: once).
 
