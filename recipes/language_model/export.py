@@ -36,12 +36,20 @@ def export_plan(
     from keras import ops
     from rnnkit_recipes.language_model.data import EOS, UNK
 
-    from rnnkit.export import Artefact, Endpoint, ExportPlan, Tensor
+    from rnnkit.export import Artefact, Endpoint, ExportError, ExportPlan, Tensor
     from rnnkit.export.signature import SignatureModel
     from rnnkit.export.steps import language_model_step
 
-    step, inputs, outputs = language_model_step(model)
+    if getattr(model, "architecture", "rnn") == "transformer":
+        raise ExportError(
+            "a language-model Transformer run cannot be exported yet: export "
+            "covers the recurrent models; use a run with model.architecture=rnn"
+        )
+
+    # The step passes its states in and out as tensors: it is built on a stateless
+    # copy (same weights), which the converters accept.
     stateless = model.with_batch_size(None, stateful=False)
+    step, inputs, outputs = language_model_step(stateless)
 
     def sequence_logits(values: dict) -> dict:
         ids = ops.cast(values["ids"], "int32")
@@ -70,7 +78,7 @@ def export_plan(
         artefacts=[
             Artefact(
                 "step",
-                SignatureModel(step, [model], name="language_model_step"),
+                SignatureModel(step, [stateless], name="language_model_step"),
                 inputs,
                 outputs,
                 doc,

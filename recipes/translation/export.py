@@ -61,6 +61,12 @@ def export_plan(
     from rnnkit.export.steps import decoder_signatures
     from rnnkit.export.text import GraphVocabulary, words
 
+    if getattr(model, "architecture", "rnn") == "transformer":
+        raise ExportError(
+            "a translation Transformer run cannot be exported yet: export "
+            "covers the recurrent models; use a run with model.architecture=rnn"
+        )
+
     if model.source_tokens is None or model.target_tokens is None:
         raise ExportError(
             "this run's model holds no vocabularies (token lists); it cannot be "

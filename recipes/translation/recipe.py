@@ -297,6 +297,11 @@ class TranslationRecipe(Recipe):
                     f"test sentence {row + 1}",
                 )
 
+    def export_plan(self, model: keras.Model, config: TranslationConfig, format: str):
+        from rnnkit_recipes.translation.export import export_plan
+
+        return export_plan(model, config, format)
+
 
 def _head_heatmaps(model, target_ids, source_ids, tokens, target, folder, title):
     """One heatmap per cross-attention head of the last decoder block, from the
@@ -318,11 +323,6 @@ def _head_heatmaps(model, target_ids, source_ids, tokens, target, folder, title)
             folder / f"head_{head}.png",
             title=f"{title}, last block's cross-attention, head {head}",
         )
-
-    def export_plan(self, model: keras.Model, config: TranslationConfig, format: str):
-        from rnnkit_recipes.translation.export import export_plan
-
-        return export_plan(model, config, format)
 
 
 def _check(config: TranslationConfig) -> None:

@@ -86,3 +86,24 @@ def test_full_disk_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="no space left.*nothing was written"):
         export(small_model(), format="saved_model", output=tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_conversion_that_changes_the_numbers_is_refused():
+    """The probe check compares the converted file with the Keras artefact: the file
+    of another model (other weights) is refused in one line."""
+    import keras
+
+    from rnnkit.export.plan import Artefact, Tensor
+    from rnnkit.export.portable import check, convert
+
+    def tiny(seed):
+        keras.utils.set_random_seed(seed)
+        inputs = keras.Input((3,), name="x")
+        return keras.Model({"x": inputs}, {"y": keras.layers.Dense(2)(inputs)})
+
+    spec = dict(inputs=[Tensor("x", "float32", (None, 3))])
+    spec["outputs"] = [Tensor("y", "float32", (None, 2))]
+    mine, other = Artefact("m", tiny(1), **spec), Artefact("m", tiny(2), **spec)
+    check(mine, "onnx", convert(mine, "onnx"), "none")  # its own file passes
+    with pytest.raises(ExportError, match="does not reproduce the Keras model"):
+        check(mine, "onnx", convert(other, "onnx"), "none")
