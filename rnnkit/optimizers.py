@@ -1,7 +1,8 @@
 """Optimizers and learning-rate schedules.
 
 `NoamSchedule` is the learning rate of the Transformer paper (Vaswani et al. 2017,
-section 5.3): a linear warm-up, then a decay with the inverse square root of the step.
+section 5.3): a linear warm-up, then a decay with the inverse square root of the step;
+`configured_learning_rate` picks it or a constant from a recipe's config.
 
 Optimizers for fine-tuning: Adam with a learning rate per layer.
 
@@ -182,3 +183,19 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
         }
+
+
+def configured_learning_rate(train, model) -> float | NoamSchedule:
+    """The learning rate of a recipe's `train` and `model` config sections:
+    `train.learning_rate` for `train.lr_schedule = "constant"`; for "noam", the
+    schedule that peaks at it after `train.warmup_steps` steps, with the model's
+    width (`model.model_dim` for a Transformer, else `model.units`) as model_dim.
+    """
+    if train.lr_schedule != "noam":
+        return train.learning_rate
+    transformer = model.architecture == "transformer"
+    return NoamSchedule.with_peak(
+        train.learning_rate,
+        train.warmup_steps,
+        model_dim=model.model_dim if transformer else model.units,
+    )

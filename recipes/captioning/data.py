@@ -33,6 +33,7 @@ import numpy as np
 from rnnkit_recipes.captioning.images import DecodedImages
 from rnnkit_recipes.captioning.sources import (
     SPLITS,
+    check_contents_disjoint,
     download_flickr8k,
     read_coco,
     read_flickr8k,
@@ -149,10 +150,10 @@ def load(config: CaptioningConfig) -> CaptionData:
         encoder_weights = encoder.get_weights()
         input_key, store = "features", features.feature_store(config, encoder)
         compute = encoder.predict_on_batch
-    splits: dict[str, Split] = {}
+    present: dict[str, list[str]] = {}
     for split in SPLITS:
-        present = [name for name in names[split] if name in sources[split]]
-        missing = len(names[split]) - len(present)
+        present[split] = [name for name in names[split] if name in sources[split]]
+        missing = len(names[split]) - len(present[split])
         if missing:
             log.warning(
                 "%s of %s %s images not found, skipped",
@@ -161,9 +162,24 @@ def load(config: CaptioningConfig) -> CaptionData:
                 split,
             )
         if data.limit:
-            present = present[: data.limit]
+            present[split] = present[split][: data.limit]
+    if data.format == "coco":
+        # Before anything is computed: no image in two splits under two names.
+        # (Flickr8k's lists are the official split; benchmarks/captioning_memory.py
+        # lists dev and test images in train on purpose.)
+        check_contents_disjoint(
+            {
+                split: features.content_keys(
+                    store, sources[split], list(dict.fromkeys(present[split]))
+                )
+                for split in SPLITS
+            },
+            sources,
+        )
+    splits: dict[str, Split] = {}
+    for split in SPLITS:
         filled = features.fill(
-            store, sources[split], present, model.image_size, compute
+            store, sources[split], present[split], model.image_size, compute
         )
         for name, reason in filled.failures.items():
             log.warning("image %s is not a readable image (%s), skipped", name, reason)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from rnnkit_recipes.captioning.images import ImageSource, decode, digests
 from rnnkit_recipes.captioning.store import RowStore
 
 from rnnkit.errors import ConfigError, DataError
+from rnnkit.files import write_json
 
 if TYPE_CHECKING:
     import keras
@@ -33,6 +35,8 @@ log = logging.getLogger("rnnkit")
 # RGB, bilinear squash); part of every store's folder name, so changing it means
 # bumping this, and old rows are never read again.
 PREPROCESSING_VERSION = 2
+# In each store's folder: {image place: [stamp, digest]} of the images hashed so far.
+DIGEST_INDEX = "digests.json"
 
 
 def build_encoder(config: CaptioningConfig) -> keras.Model:
@@ -56,8 +60,9 @@ def load_encoder_weights(
     encoder built by `image_encoder`; "none" keeps the random initialisation.
 
     A file is either the backbone's own (`keras.applications` .h5 files such as
-    `mobilenet_7_5_224_tf_no_top.h5`, loaded by layer name) or the whole encoder's
-    (`encoder.save_weights`).
+    `mobilenet_7_5_224_tf_no_top.h5`: Keras 3 loads these legacy files in layer
+    order, not by layer name, so the backbone must be the same architecture) or the
+    whole encoder's (`encoder.save_weights`).
     """
     import keras
 
@@ -170,14 +175,15 @@ def fill(
 ) -> Filled:
     """Makes sure `store` holds the row of every named image.
 
-    Every image is read once to take its digest; only those whose digest the store
-    lacks are decoded (`tf.data`, in parallel), passed through `compute` in batches
-    of `(batch, size, size, 3)` uint8 pixels and appended to the store. No more than
-    a few batches of images are in memory at any time.
+    Every image new or changed since the last run is read once to take its digest
+    (`content_keys`); only those whose digest the store lacks are decoded
+    (`tf.data`, in parallel), passed through `compute` in batches of `(batch, size,
+    size, 3)` uint8 pixels and appended to the store. No more than a few batches of
+    images are in memory at any time.
     """
     store.refresh()
     distinct = list(dict.fromkeys(names))
-    key_of = dict(zip(distinct, digests(source.read, distinct), strict=True))
+    key_of = content_keys(store, source, distinct)
     todo: dict[str, str] = {}
     for name in distinct:
         key = key_of[name]
@@ -205,6 +211,50 @@ def fill(
         computed=len(todo) - len(failed_keys),
         stored=unique_keys - len(todo),
     )
+
+
+def content_keys(store: RowStore, source: ImageSource, names: list[str]) -> dict:
+    """{name: content digest} of distinct `names`, hashing only the images that are
+    new or changed since a run last hashed them.
+
+    The store's `digests.json` maps each image's place (`ImageSource.identity`) to
+    its stamp (size and times, or a zip member's CRC-32) and digest; a stamp that
+    differs means the bytes may have changed, and the image is read and hashed again.
+    The index is merged with what other processes wrote and replaced atomically.
+    """
+    path = store.folder / DIGEST_INDEX
+    index = _read_digest_index(path)
+    places = {name: source.identity(name) for name in names}
+    stamps = {name: source.stamp(name) for name in names}
+    stale = [
+        name
+        for name in names
+        if index.get(places[name], (None, None))[0] != stamps[name]
+    ]
+    if stale:
+        fresh = {
+            places[name]: (stamps[name], key)
+            for name, key in zip(stale, digests(source.read, stale), strict=True)
+        }
+        # Another run may have added entries since this one read the file.
+        index = {**_read_digest_index(path), **fresh}
+        write_json(path, {place: list(entry) for place, entry in index.items()})
+    return {name: index[places[name]][1] for name in names}
+
+
+def _read_digest_index(path: Path) -> dict[str, tuple[str, str]]:
+    """{place: (stamp, digest)} from `path`; empty when it is missing or unreadable
+    (the digests are then taken again, and the file rewritten)."""
+    try:
+        entries = json.loads(path.read_text())
+        return {
+            place: (str(stamp), str(key)) for place, (stamp, key) in entries.items()
+        }
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, AttributeError):
+        log.warning("%s cannot be read; the images are hashed again", path)
+        return {}
 
 
 def _compute(

@@ -9,6 +9,7 @@ import collections
 import concurrent.futures
 import hashlib
 import io
+import os
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable
@@ -77,6 +78,17 @@ class ImageSource:
     def identity(self, name: str) -> str:
         """Where image `name` lies: the source's resolved path and the member."""
         return f"{self.path.resolve()}!{self.resolve(name)}"
+
+    def stamp(self, name: str) -> str:
+        """What changes when the bytes of image `name` change, found without reading
+        them: a file's size, modification and change times; a zip member's size and
+        CRC-32."""
+        member = self.members[self.resolve(name)]
+        if self._zip is not None:
+            info = self._zip.getinfo(member)
+            return f"{info.file_size}:crc{info.CRC:08x}"
+        stat = os.stat(member)
+        return f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
     def read(self, name: str) -> bytes:
         """The bytes of image `name`; a `DataError` when the zip holding it is

@@ -191,6 +191,26 @@ def _check_disjoint(
         )
 
 
+def check_contents_disjoint(
+    keys: dict[str, dict[str, str]], sources: dict[str, ImageSource]
+) -> None:
+    """Stops when two splits hold the same image bytes under different names or
+    paths (a test image that is also a training image), given {split: {name:
+    content digest}}; equal images within one split are allowed."""
+    first: dict[str, tuple[str, str]] = {}
+    for split in SPLITS:
+        for name, key in keys[split].items():
+            other_split, other_name = first.setdefault(key, (split, name))
+            if other_split != split:
+                one = sources[other_split].identity(other_name)
+                raise DataError(
+                    f"the {other_split} image {one} and the {split} image "
+                    f"{sources[split].identity(name)} have the "
+                    "same bytes; an image must belong to one split only (remove one "
+                    "of them from its split)"
+                )
+
+
 def _with_split(path: str, split_name: str) -> str:
     """`path` with each `{split}` replaced: the only placeholder, so that any other
     brace in a folder or file name stays as it is (no `str.format`)."""

@@ -8,10 +8,13 @@ the preprocessing version; see features.py). In it:
 - shards `<id>.rows`: raw C-order rows, one after another;
 - beside each, `<id>.keys`: the content digest of every row, one per line, in order.
 
+- `digests.json`: the content digests of the images hashed so far (features.py).
+
 A shard is written under a temporary name and renamed, then its keys the same way, so a
-crash never leaves a row that looks stored. Writers never touch each other's files, so
-runs and tuning trials can fill one folder at the same time (at worst two of them
-compute the same image). Rows are read with `os.pread`, not memory-mapped: an epoch
+crash never leaves a row that looks stored (a later `refresh` deletes the temporary
+files of writers no longer running). Writers never touch each other's files, so runs
+and tuning trials can fill one folder at the same time (at worst two of them compute
+the same image). Rows are read with `os.pread`, not memory-mapped: an epoch
 reads every row, and mapped pages would count in the process' resident memory.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -66,9 +70,12 @@ class RowStore:
         self.refresh()
 
     def refresh(self) -> None:
-        """Takes in the shards other processes finished since the last look."""
+        """Takes in the shards other processes finished since the last look, and
+        deletes the temporary files of writers that died (crashed or killed)."""
         known = set(self.shards)
         for keys in sorted(self.folder.glob("*.keys")):
+            if keys.name.startswith("."):
+                continue  # a temporary, not yet renamed into place
             shard = keys.with_suffix(".rows")
             if shard in known or not shard.is_file():
                 continue
@@ -76,6 +83,10 @@ class RowStore:
             if shard.stat().st_size != len(digests) * self.row_bytes:
                 continue  # not this store's layout: never read a row from it
             self._add_shard(shard, digests)
+        for temporary in self.folder.glob(".*.tmp-*"):
+            match = _TEMPORARY.search(temporary.name)
+            if match and not _alive(int(match.group(1))):
+                temporary.unlink(missing_ok=True)
 
     def _add_shard(self, shard: Path, digests: list[str]) -> None:
         number = len(self.shards)
@@ -103,6 +114,8 @@ class RowStore:
     def read(self, locations: np.ndarray) -> np.ndarray:
         """The rows at `(n, 2)` (shard, row) locations, `(n, *row_shape)`."""
         out = np.empty((len(locations), *self.row_shape), self.dtype)
+        if not len(locations):
+            return out
         buffer = out.reshape(len(locations), -1).view(np.uint8)
         for position, (shard, row) in enumerate(locations):
             fd = self._fds.get(int(shard))
@@ -120,6 +133,21 @@ class RowStore:
                 )
             buffer[position] = np.frombuffer(data, np.uint8)
         return out
+
+
+# A writer's temporary file: `.<name>.tmp-<pid>[.suffix]` (ShardWriter, atomic_path).
+_TEMPORARY = re.compile(r"\.tmp-(\d+)(\.\w+)?$")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _close(fds: dict[int, int]) -> None:

@@ -222,6 +222,10 @@ class LanguageModelRecipe(Recipe):
         # vocabulary today's data settings would learn.
         data = data.with_vocabulary(model.tokens)
         streams, bptt = config.evaluation.batch_size, config.train.bptt
+        if getattr(model, "architecture", "rnn") == "transformer":
+            # Its windows are the ones it was built for, whatever train.bptt says
+            # now: it cannot read past context_length tokens.
+            bptt = model.context_length
         # The tokens the model scores (see mean_cross_entropy), for the baselines.
         test_streams = _stream_count(data.test_ids, streams)
         scored = data.test_ids[
@@ -325,6 +329,12 @@ def _check(config: LanguageModelConfig) -> None:
             "model.tie_weights needs model.units == model.embedding_dim, got "
             f"{model.units} and {model.embedding_dim}"
         )
+    if config.train.lr_schedule == "noam" and config.train.lr_decay != 1.0:
+        raise ConfigError(
+            f"train.lr_schedule=noam has its own decay; train.lr_decay="
+            f"{config.train.lr_decay:g} would be ignored: set it to 1, or "
+            "train.lr_schedule=constant"
+        )
     data = config.data
     if data.vocabulary_size == 1:
         raise ConfigError(
@@ -347,16 +357,11 @@ def learning_rate_schedule(config: LanguageModelConfig, steps_per_epoch: int):
     epochs, then times `lr_decay` per epoch), or the noam warm-up and decay."""
     import keras
 
-    from rnnkit.optimizers import NoamSchedule
+    from rnnkit.optimizers import configured_learning_rate
 
     train = config.train
     if train.lr_schedule == "noam":
-        model_dim = config.model.model_dim
-        if config.model.architecture == "rnn":
-            model_dim = config.model.units
-        return NoamSchedule.with_peak(
-            train.learning_rate, train.warmup_steps, model_dim=model_dim
-        )
+        return configured_learning_rate(train, config.model)
     if train.lr_decay == 1.0:
         return train.learning_rate
     # Epoch e (from 0) trains at learning_rate * lr_decay ** max(e + 1 - decay_after, 0)

@@ -81,7 +81,7 @@ class TranslationRecipe(Recipe):
         from rnnkit.models.transformer_encoder_decoder import (
             TransformerEncoderDecoder,
         )
-        from rnnkit.optimizers import NoamSchedule
+        from rnnkit.optimizers import configured_learning_rate
 
         _check(config)
         # The model section's fields of the architecture are the constructor's
@@ -97,17 +97,10 @@ class TranslationRecipe(Recipe):
             **{name: options[name] for name in (*SHARED_MODEL_FIELDS, *names)},
         )
         model.build()
-        train = config.train
-        learning_rate = train.learning_rate
-        if train.lr_schedule == "noam":
-            learning_rate = NoamSchedule.with_peak(
-                train.learning_rate,
-                train.warmup_steps,
-                model_dim=config.model.model_dim if transformer else config.model.units,
-            )
         model.compile(
             optimizer=keras.optimizers.Adam(
-                learning_rate, clipnorm=config.train.clipnorm or None
+                configured_learning_rate(config.train, config.model),
+                clipnorm=config.train.clipnorm or None,
             ),
             loss=SparseLabelSmoothingCrossentropy(
                 config.train.label_smoothing, from_logits=True, ignore_class=PAD_ID

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
+from rnnkit.models import _output_bias
 from rnnkit.models._recurrent import recurrent_layer_class
 
 
@@ -224,20 +225,7 @@ class LanguageModel(keras.Model):
         about the learning rate per step, a large vocabulary otherwise spends hundreds
         of steps learning word frequencies before it learns anything from context.
         """
-        bias = ops.convert_to_tensor(bias, "float32")
-        if tuple(bias.shape) != (self.vocabulary_size,):
-            raise ValueError(
-                f"The output bias needs one value per token, shape "
-                f"({self.vocabulary_size},); received shape {tuple(bias.shape)}."
-            )
-        if not self.built:
-            self.build()
-        variable = (
-            self.output_bias
-            if self.output_projection is None
-            else self.output_projection.bias
-        )
-        variable.assign(ops.cast(bias, variable.dtype))
+        _output_bias.set_output_bias(self, bias)
 
     def reset_states(self) -> None:
         """Clears the carried recurrent states (a stateful model only)."""

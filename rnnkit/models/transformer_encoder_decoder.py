@@ -12,9 +12,11 @@ forcing, causal mask). Inference offers the interface `rnnkit.decoding` drives
 (`encode`, `initial_decoder_state`, `decode_step`) with a key/value cache: `encode`
 computes the cross-attention keys and values of every decoder block once per source
 sentence, and each `decode_step` projects only the new token and attends over the
-keys and values cached for the earlier ones, so step t costs O(t) instead of a pass
-over the whole prefix. Beam search reorders the cache with the beams like any other
-decoder state.
+keys and values cached for the earlier ones instead of running the decoder over the
+whole prefix again. The cache has a fixed size (`max_length` positions, the later
+ones masked), so every step attends over `max_length` keys: O(max_length) per step,
+not O(t), which keeps the step one compiled shape. Beam search reorders the cache
+with the beams like any other decoder state.
 """
 
 from __future__ import annotations

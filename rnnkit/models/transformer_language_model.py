@@ -22,7 +22,7 @@ import keras
 from keras import ops
 
 from rnnkit import layers as rnnkit_layers
-from rnnkit.models import _transformer
+from rnnkit.models import _output_bias, _transformer
 from rnnkit.models._arguments import positive_int
 
 
@@ -167,20 +167,7 @@ class TransformerLanguageModel(keras.Model):
     def set_output_bias(self, bias) -> None:
         """Sets the output bias, one value per token (e.g. the log unigram
         probabilities, so that training starts from the unigram baseline)."""
-        bias = ops.convert_to_tensor(bias, "float32")
-        if tuple(bias.shape) != (self.vocabulary_size,):
-            raise ValueError(
-                f"The output bias needs one value per token, shape "
-                f"({self.vocabulary_size},); received shape {tuple(bias.shape)}."
-            )
-        if not self.built:
-            self.build()
-        variable = (
-            self.output_bias
-            if self.output_projection is None
-            else self.output_projection.bias
-        )
-        variable.assign(ops.cast(bias, variable.dtype))
+        _output_bias.set_output_bias(self, bias)
 
     # -- incremental decoding ----------------------------------------------------------
 

@@ -2,38 +2,18 @@
 give the same tokens, scores and attention as a decoder that recomputes the whole
 prefix at every step (teacher forcing on what was generated so far)."""
 
-import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from rnnkit import decoding
-from rnnkit.models.transformer_encoder_decoder import TransformerEncoderDecoder
+from tests.transformer_support import tiny_transformer
 
 PAD, UNK, START, END = 0, 1, 2, 3
 SOURCE = np.array(
     [[5, 6, 7, 8, 9, 0], [9, 10, 0, 0, 0, 0], [4, 11, 4, 12, 4, 13], [7, 0, 0, 0, 0, 0]]
 )
 COMMON = dict(start_id=START, end_id=END, suppress_ids=(PAD, START))
-
-
-def tiny_transformer(**kwargs):
-    keras.utils.set_random_seed(3)
-    model = TransformerEncoderDecoder(
-        14, 9, model_dim=16, num_heads=4, feedforward_dim=24, encoder_layers=2,
-        decoder_layers=2, dropout=0.0, **kwargs,
-    )  # fmt: skip
-    model.build()
-    # Larger random weights than the initialisers', so that the next token depends
-    # on the prefix and the source and hypotheses differ from row to row.
-    rng = np.random.default_rng(0)
-    model.set_weights(
-        [
-            w + rng.normal(0, 0.6, w.shape).astype(w.dtype) if w.ndim > 1 else w
-            for w in model.get_weights()
-        ]
-    )
-    return model
 
 
 class FullRecomputation:

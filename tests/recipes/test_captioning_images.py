@@ -345,6 +345,50 @@ def test_coco_split_files_sharing_an_image_are_a_one_line_error(tmp_path):
     assert f"e.g. {train[0]} in both {tmp_path / 'captions_tr.json'} and " in line
 
 
+def add_coco_image(json_file, name, caption):
+    document = json.loads(json_file.read_text())
+    number = 1 + max(image["id"] for image in document["images"])
+    document["images"].append({"id": number, "file_name": name})
+    document["annotations"].append({"image_id": number, "caption": caption})
+    json_file.write_text(json.dumps(document))
+
+
+def test_coco_splits_sharing_image_bytes_under_two_names_are_a_one_line_error(
+    tmp_path,
+):
+    folder = write_flickr_folder(
+        tmp_path / "flickr", counts=(4, 2, 2), missing=(0, 0, 0)
+    )
+    images = folder / "Images"
+    train = (folder / "Flickr_8k.trainImages.txt").read_text().split()
+    keys = write_coco_splits(tmp_path, folder)
+    # A copy of a training image under another name, in the train file: allowed.
+    (images / "train_copy.jpg").write_bytes((images / train[0]).read_bytes())
+    add_coco_image(tmp_path / "captions_tr.json", "train_copy.jpg", "a copy")
+    config = config_for(
+        tmp_path / "captions_{split}.json", **{"data.images": str(images), **keys}
+    )
+    data = CaptioningRecipe().load_data(config)
+    assert "train_copy.jpg" in data.splits["train"].names
+    # The same bytes in the test file: a leak, named by both files.
+    (images / "test_copy.jpg").write_bytes((images / train[1]).read_bytes())
+    add_coco_image(tmp_path / "captions_te.json", "test_copy.jpg", "a leak")
+    result = invoke(
+        "run", "captioning", "--config", str(SMOKE_CONFIG),
+        "--run-dir", str(tmp_path / "run"),
+        "--set", f"data.path={tmp_path / 'captions_{split}.json'}",
+        "--set", f"data.images={images}",
+        *(f"--set={key}={value}" for key, value in keys.items()),
+    )  # fmt: skip
+    line = error_line(result)
+    where = images.resolve()
+    assert (
+        f"the train image {where}!{train[1]} and the test image "
+        f"{where}!test_copy.jpg have the same bytes" in line
+    ), line
+    assert not (tmp_path / "run" / "model.keras").exists()
+
+
 def test_the_same_file_name_in_per_split_folders_is_two_images(tmp_path):
     """COCO splits with one image folder each ({split} in data.images) may reuse
     file names: each split reads its own images."""

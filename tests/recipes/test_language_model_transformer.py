@@ -8,8 +8,6 @@ import csv
 import json
 import math
 
-import keras
-import keras_tuner
 import numpy as np
 import pytest
 from rnnkit_recipes.language_model.decode import CachedContext
@@ -20,7 +18,6 @@ from rnnkit_recipes.language_model.recipe import (
 
 from rnnkit import config as config_lib
 from rnnkit import decoding
-from rnnkit.models.transformer_language_model import TransformerLanguageModel
 from rnnkit.training import runner
 from tests.cli_support import error_line, invoke
 from tests.recipes.test_language_model import (
@@ -29,28 +26,13 @@ from tests.recipes.test_language_model import (
     windows_as_tokens,
     word_config,
 )
+from tests.transformer_support import (
+    assert_search_space_sets_its_fields,
+    tiny_language_model,
+)
 
 TRANSFORMER = {"model.architecture": "transformer", "model.model_dim": 8,
                "model.num_heads": 2, "model.feedforward_dim": 16}  # fmt: skip
-
-
-def tiny_model(context_length=8, **kwargs):
-    keras.utils.set_random_seed(2)
-    model = TransformerLanguageModel(
-        [f"t{i}" for i in range(11)], model_dim=16, num_heads=4, feedforward_dim=24,
-        num_layers=2, dropout=0.0, context_length=context_length, **kwargs,
-    )  # fmt: skip
-    model.build()
-    # Larger random weights than the initialisers', so that the next token depends
-    # on the context.
-    rng = np.random.default_rng(0)
-    model.set_weights(
-        [
-            w + rng.normal(0, 0.6, w.shape).astype(w.dtype) if w.ndim > 1 else w
-            for w in model.get_weights()
-        ]
-    )
-    return model
 
 
 class FullContext:
@@ -90,7 +72,7 @@ class Recorder:
     ],
 )
 def test_cached_sampling_equals_full_recomputation(prompt, length, kwargs):
-    model = tiny_model(**kwargs)
+    model = tiny_language_model(**kwargs)
     options = dict(temperature=1.0, seed=3)
     cached, full = Recorder(CachedContext(model)), Recorder(FullContext(model))
     tokens = decoding.sample_sequence(cached, prompt, length, **options)
@@ -102,7 +84,7 @@ def test_cached_sampling_equals_full_recomputation(prompt, length, kwargs):
 
 
 def test_decode_with_the_cache_equals_the_causal_call():
-    model = tiny_model(context_length=12)
+    model = tiny_language_model(context_length=12)
     ids = np.array([[1, 5, 2, 7, 7, 3, 9, 4], [2, 2, 8, 1, 6, 10, 0, 5]])
     full = np.asarray(model(ids))
     caches = model.initial_cache(2)
@@ -157,6 +139,20 @@ def test_the_transformer_beats_the_unigram_baseline(transformer_run):
     assert "perplexity_state_reset" not in model
 
 
+def test_evaluate_reads_windows_of_the_models_own_context(transformer_run, tmp_path):
+    """A train.bptt above the saved model's context_length (32) changes nothing:
+    the evaluation windows are the model's."""
+    saved = json.loads((transformer_run / "metrics.json").read_text())["test"]
+    output = tmp_path / "again.json"
+    result = invoke(
+        "evaluate", str(transformer_run), "--set", "train.bptt=256",
+        "--output", str(output),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    again = json.loads(output.read_text())["test"]
+    assert again["model"] == pytest.approx(saved["model"], rel=1e-4)
+
+
 def test_the_saved_transformer_samples_reproducibly(transformer_run):
     recipe = LanguageModelRecipe()
     config = config_lib.load_toml(LanguageModelConfig, transformer_run / "config.toml")
@@ -175,12 +171,10 @@ def test_the_saved_transformer_samples_reproducibly(transformer_run):
 
 
 def test_search_space_of_the_transformer():
-    hp = keras_tuner.HyperParameters()
     base = LanguageModelConfig().with_values({"model.architecture": "transformer"})
-    config = LanguageModelRecipe().search_space(hp, base)
-    assert config.model.model_dim % config.model.num_heads == 0
-    assert {"model_dim", "num_heads", "feedforward_dim", "num_layers"} <= set(hp.values)
-    assert "cell_type" not in hp.values
+    names = assert_search_space_sets_its_fields(LanguageModelRecipe(), base)
+    assert {"model_dim", "num_heads", "feedforward_dim", "num_layers"} <= names
+    assert "cell_type" not in names
 
 
 @pytest.mark.parametrize(
@@ -188,6 +182,10 @@ def test_search_space_of_the_transformer():
     [
         (["model.model_dim=30"], "model.num_heads=4 must divide model.model_dim=30"),
         (["train.spectral_norm_every=5"], "the Transformer has none"),
+        (
+            ["train.lr_schedule=noam", "train.lr_decay=0.5"],
+            "train.lr_schedule=noam has its own decay; train.lr_decay=0.5",
+        ),
     ],
 )
 def test_bad_transformer_settings_are_one_line_errors(tmp_path, assignments, message):
