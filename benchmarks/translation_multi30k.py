@@ -48,6 +48,9 @@ on validation too; the candidates are compared on beam-search sacreBLEU of val. 
 best then trains with the other seeds, and its test2016 figures are printed as mean
 and standard deviation. The config's 12 epochs and label smoothing 0.1 had been chosen
 by looking at test2016 (docs/performance.md, "Translation: history").
+`benchmarks/ledgers/translation_select.json` holds the runs of that selection finished
+so far; to resume it, copy it to RUNS/selection.json (RUNS/rnn/ with several
+architectures) before running `--select`.
 """
 
 from __future__ import annotations
