@@ -41,6 +41,22 @@ def bleu_reference(sentence: str, data: TranslationData) -> str:
     return normalize(sentence, options)
 
 
+def search_options(config: TranslationConfig) -> dict:
+    """The special ids and length limits of every search of the recipe (its own
+    decoding and the greedy loop of its exported SavedModel)."""
+    from rnnkit.data.parallel_text import END_ID, PAD_ID, START_ID
+
+    evaluation = config.evaluation
+    return dict(
+        start_id=START_ID,
+        end_id=END_ID,
+        pad_id=PAD_ID,
+        suppress_ids=(PAD_ID, START_ID),
+        max_length_ratio=evaluation.max_length_ratio,
+        max_length_offset=evaluation.max_length_offset,
+    )
+
+
 def search(
     model: keras.Model,
     source_ids: list[list[int]],
@@ -56,17 +72,10 @@ def search(
     import numpy as np
 
     from rnnkit import decoding
-    from rnnkit.data.parallel_text import END_ID, PAD_ID, START_ID, UNK_ID
+    from rnnkit.data.parallel_text import UNK_ID
 
     evaluation = config.evaluation
-    common = dict(
-        start_id=START_ID,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        suppress_ids=(PAD_ID, START_ID),
-        max_length_ratio=evaluation.max_length_ratio,
-        max_length_offset=evaluation.max_length_offset,
-    )
+    common = search_options(config)
     # Sorting by length keeps padding, and so wasted decoder steps, small.
     order = np.argsort([len(ids) for ids in source_ids], kind="stable")
     batch_size = evaluation.decode_batch_size

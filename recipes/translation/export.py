@@ -46,6 +46,7 @@ def export_plan(
     import tensorflow as tf
     from keras import ops
     from rnnkit_recipes.translation.data import text_options
+    from rnnkit_recipes.translation.decode import search_options
     from rnnkit_recipes.translation.recipe import _saved_tokenizer
 
     from rnnkit.data.parallel_text import (
@@ -76,14 +77,7 @@ def export_plan(
     subword = tokenizer == "subword"
     options = text_options(config)
     evaluation = config.evaluation
-    search = dict(
-        start_id=START_ID,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        suppress_ids=(PAD_ID, START_ID),
-        max_length_ratio=evaluation.max_length_ratio,
-        max_length_offset=evaluation.max_length_offset,
-    )
+    search = search_options(config)
     files = {
         "source_vocabulary.txt": "\n".join(model.source_tokens) + "\n",
         "target_vocabulary.txt": "\n".join(model.target_tokens) + "\n",
