@@ -22,25 +22,11 @@ from tests.shared_data import SHARED_DATA
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
-# A LiteRT conversion that fails (below, the known bugs) leaves TensorFlow functions
+# A LiteRT conversion that fails (`exported`, below) leaves TensorFlow functions
 # whose deletion raises "Tried to remove non-existent function" whenever the garbage
 # collector reaches them, in whichever test that is.
 pytestmark = pytest.mark.filterwarnings(
     "ignore::pytest.PytestUnraisableExceptionWarning"
-)
-
-
-def known_conversion_bug(reason: str):
-    return pytest.mark.xfail(reason=f"rnnkit.export.convert: {reason}", strict=False)
-
-
-# Conversions that rnnkit.export.convert (issue 30, part A) gets wrong at the time of
-# writing; the export around them is the same as for the formats that pass.
-# The export's probe check (rnnkit.export.portable.check) refuses it with a one-line
-# ExportError instead of writing a wrong file.
-NORMALIZATION_NAN = known_conversion_bug(
-    "a model with an adapted Normalization layer converts to ONNX with its "
-    "statistics left as inputs"
 )
 
 
@@ -65,14 +51,7 @@ def artefact_path(result, name="model"):
     return result.output / result.description["models"][name]["file"]
 
 
-@pytest.mark.parametrize(
-    "format",
-    [
-        "saved_model",
-        "tflite",
-        pytest.param("onnx", marks=NORMALIZATION_NAN),
-    ],
-)
+@pytest.mark.parametrize("format", FORMATS)
 def test_stock_forecast(runs, format, tmp_path):
     recipe, config, model = runner.load_run(runs("stock"), registry.load)
     data = recipe.load_data(config)
