@@ -174,24 +174,32 @@ def transformer_language_model_step(
     return step, inputs, outputs
 
 
-def _specs(function: Callable, inputs: list[Tensor], docs: dict) -> list[Tensor]:
-    """The outputs of `function` (dtypes and shapes as TensorFlow traces them on
-    `inputs`), in the order of `docs` ({output name: what it holds})."""
+def _specs(
+    function: Callable, inputs: list[Tensor], docs: dict, example: dict | None
+) -> list[Tensor]:
+    """The outputs of `function` in the order of `docs` ({output name: what it
+    holds}): their dtypes and shapes from one eager call on `example` (inputs of
+    fixed shape past the batch: every output's shape is fixed too, which a
+    TensorFlow trace does not always see through a loop), else as TensorFlow
+    traces them on `inputs` (None where a size follows a dynamic input)."""
     import tensorflow as tf
 
-    traced = tf.function(
-        lambda values: dict(function(dict(values))),
-        input_signature=[{t.name: t.spec() for t in inputs}],
-        autograph=False,
-    ).get_concrete_function()
-    outputs = traced.structured_outputs
-    return [
-        Tensor(
-            name,
-            outputs[name].dtype.name,
-            tuple(outputs[name].shape.as_list()),
-            doc,
+    if example is not None:
+        outputs = function(dict(example))
+        shapes = {name: (None, *tuple(outputs[name].shape)[1:]) for name in docs}
+    else:
+        outputs = (
+            tf.function(
+                lambda values: dict(function(dict(values))),
+                input_signature=[{t.name: t.spec() for t in inputs}],
+                autograph=False,
+            )
+            .get_concrete_function()
+            .structured_outputs
         )
+        shapes = {name: tuple(outputs[name].shape.as_list()) for name in docs}
+    return [
+        Tensor(name, tf.as_dtype(outputs[name].dtype).name, shapes[name], doc)
         for name, doc in docs.items()
     ]
 
@@ -250,8 +258,8 @@ def decoder_signatures(
         source: the encoder's input; its shape is kept (a fixed source length for
             LiteRT's loops, or None).
         example_source: a batch of one source shaped as `source` (its fixed
-            length, if any), to learn which memory entries the step reads from
-            one eager call.
+            length, if any), to learn which memory entries the step reads, and
+            for a fixed length every shape, from eager calls.
         max_length: for a model whose state holds one slot per generated token
             (`initial_decoder_state(memory, max_length)`), the slots: an int, or
             a function of the source ids returning one (the search's length
@@ -332,7 +340,11 @@ def decoder_signatures(
         name: f"decoder state {path!r}"
         for name, path in zip(state_names, state_paths, strict=True)
     }
-    encoder_outputs = _specs(encode, [source], {**memory_docs, **state_docs})
+    fixed = all(size is not None for size in source.shape[1:])
+    example = {source.name: example_source} if fixed else None
+    encoder_outputs = _specs(encode, [source], {**memory_docs, **state_docs}, example)
+    if fixed:
+        example = {**encode(example), "token": ops.ones((1,), "int32")}
     step_inputs = [
         Tensor("token", "int32", (None,), "the previous token (start id first)"),
         *[t for t in encoder_outputs if t.name in state_docs],
@@ -346,5 +358,6 @@ def decoder_signatures(
             "attention": "attention weights",
             **{NEXT + name: f"{name} for the next step" for name in state_names},
         },
+        example,
     )
     return encode, [source], encoder_outputs, step, step_inputs, step_outputs
