@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import invoke
+from tests.export.support import stop_children
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +80,10 @@ def runs(tmp_path_factory):
         return made[recipe]
 
     return get
+
+
+@pytest.fixture(scope="package", autouse=True)
+def runtime_processes():
+    """The fresh runtime processes of run_fresh (support.py) live for the package."""
+    yield
+    stop_children()
