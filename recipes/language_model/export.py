@@ -10,10 +10,30 @@ also `serving_default`; LiteRT / ONNX file `step`):
  -> logits       float32 (batch, vocabulary): the next token's logits
     next_h_0 ... the states after this token, fed back as h_0 ... at the next step
 
+A Transformer run (`model.architecture = "transformer"`) carries its key/value
+cache instead, fixed-size tensors of `context_length` (`train.bptt`) positions, so
+a step costs the same at every position:
+
+    token        int32 (batch,): the current token id
+    step         int32 (batch,): its position in the text, 0 first (the same in
+                 every row; below context_length)
+    key_i, value_i  float32 (batch, heads, context_length, model_dim / heads) per
+                 block i: its self-attention keys and values by position
+    written_i    int32 (batch, context_length): 1 at the positions read so far
+                 (all these zeros at the start of a text)
+ -> logits       float32 (batch, vocabulary)
+    next_step, next_key_0, ...: fed back as step, key_0, ... at the next token
+
+A text longer than `context_length` tokens starts again from zeros, its last
+tokens fed again from position 0 (the recipe's generation keeps the last
+`context_length // 2`). The notes give `architecture`, `context_length`, `layers`,
+`num_heads` and `model_dim`.
+
 The SavedModel also has `logits`: token ids (batch, time) in, logits
-(batch, time, vocabulary) out from a zero state (scoring a whole text). The vocabulary
-is written as `vocabulary.json` (a JSON list: character tokens include the line
-break); how the recipe cuts text into tokens is in export.json's notes.
+(batch, time, vocabulary) out from a zero state (scoring a whole text; a
+Transformer reads at most `context_length` tokens). The vocabulary is written as
+`vocabulary.json` (a JSON list: character tokens include the line break); how the
+recipe cuts text into tokens is in export.json's notes.
 """
 
 from __future__ import annotations
@@ -36,20 +56,36 @@ def export_plan(
     from keras import ops
     from rnnkit_recipes.language_model.data import EOS, UNK
 
-    from rnnkit.export import Artefact, Endpoint, ExportError, ExportPlan, Tensor
+    from rnnkit.export import Artefact, Endpoint, ExportPlan, Tensor
     from rnnkit.export.signature import SignatureModel
-    from rnnkit.export.steps import language_model_step
+    from rnnkit.export.steps import (
+        language_model_step,
+        transformer_language_model_step,
+    )
 
-    if getattr(model, "architecture", "rnn") == "transformer":
-        raise ExportError(
-            "a language-model Transformer run cannot be exported yet: export "
-            "covers the recurrent models; use a run with model.architecture=rnn"
-        )
-
-    # The step passes its states in and out as tensors: it is built on a stateless
-    # copy (same weights), which the converters accept.
-    stateless = model.with_batch_size(None, stateful=False)
-    step, inputs, outputs = language_model_step(stateless)
+    transformer = getattr(model, "architecture", "rnn") == "transformer"
+    if transformer:
+        # No state between calls: the step's is its key/value cache.
+        stateless = model
+        step, inputs, outputs = transformer_language_model_step(model)
+        architecture = {
+            "architecture": "transformer",
+            "layers": model.num_layers,
+            "context_length": model.context_length,
+            "num_heads": model.num_heads,
+            "model_dim": model.model_dim,
+        }
+    else:
+        # The step passes its states in and out as tensors: it is built on a
+        # stateless copy (same weights), which the converters accept.
+        stateless = model.with_batch_size(None, stateful=False)
+        step, inputs, outputs = language_model_step(stateless)
+        architecture = {
+            "architecture": "rnn",
+            "cell_type": model.cell_type,
+            "layers": model.num_layers,
+            "units": model.units,
+        }
 
     def sequence_logits(values: dict) -> dict:
         ids = ops.cast(values["ids"], "int32")
@@ -85,15 +121,13 @@ def export_plan(
             )
         ],
         files={VOCABULARY_FILE: json.dumps(list(model.tokens), ensure_ascii=False)},
-        track=[model, stateless],
+        track=[model] if transformer else [model, stateless],
         notes={
             "level": config.data.level,
             "lowercase": config.data.lowercase,
             "standardize": config.data.standardize,
             "unknown_token": UNK,
             "end_of_line_token": EOS if config.data.level == "word" else None,
-            "cell_type": model.cell_type,
-            "layers": model.num_layers,
-            "units": model.units,
+            **architecture,
         },
     )

@@ -23,6 +23,22 @@ LiteRT and ONNX: two files, so that a client runs greedy or beam search itself
   memory -> `logits` (batch, target vocabulary), `attention` (batch,
   source_length) and `next_state_0`, ... for the next step.
 
+A Transformer run (`model.architecture = "transformer"`) exports the same files
+and signatures. Its memory is the encoder's outputs and mask with every decoder
+block's cross-attention keys and values (`memory_cross_keys_0`, ...,
+`memory_cross_values_0`, ...), computed once per sentence; its state is the
+self-attention key/value cache of fixed size, so that a step costs the same at
+every position: per decoder block i, in `tf.nest` order, keys and values float32
+(batch, heads, max_steps, model_dim / heads) and "written" int32 (batch, max_steps),
+1 at the positions generated so far, then the next position, int32 (batch,)
+(`state_0` ... `state_{3 x blocks}`; each input's doc in export.json names its
+part). `max_steps` (export.json's notes; in the SavedModel's `encode`, from the
+source's padded width) is the recipe's length bound,
+`ceil(max_length_ratio x source_length) + max_length_offset + 1`: a client
+generates at most that many tokens. The encoder returns the empty cache and
+position 0, so `rnnkit.export.clients.greedy_decode` drives both architectures
+unchanged.
+
 The vocabularies are written beside them (`source_vocabulary.txt`,
 `target_vocabulary.txt`, line i = id i) with, for subword vocabularies, the
 SentencePiece models (`source.model`, `target.model`) that encode words to piece ids
@@ -32,6 +48,13 @@ SentencePiece models (`source.model`, `target.model`) that encode words to piece
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+TRANSFORMER_STATE = (
+    "state_0 .. state_{3L-1}: per decoder block i, the self-attention cache "
+    "caches/i/key and caches/i/value float32 (batch, heads, max_steps, key_dim) and "
+    "caches/i/written int32 (batch, max_steps); state_{3L}: step int32 (batch,), "
+    "the next position; the encoder's outputs are the empty cache and step 0"
+)
 
 if TYPE_CHECKING:
     import keras
@@ -62,17 +85,12 @@ def export_plan(
     from rnnkit.export.steps import decoder_signatures
     from rnnkit.export.text import GraphVocabulary, words
 
-    if getattr(model, "architecture", "rnn") == "transformer":
-        raise ExportError(
-            "a translation Transformer run cannot be exported yet: export "
-            "covers the recurrent models; use a run with model.architecture=rnn"
-        )
-
     if model.source_tokens is None or model.target_tokens is None:
         raise ExportError(
             "this run's model holds no vocabularies (token lists); it cannot be "
             "exported with its text handling"
         )
+    transformer = getattr(model, "architecture", "rnn") == "transformer"
     tokenizer = _saved_tokenizer(model, config)
     subword = tokenizer == "subword"
     options = text_options(config)
@@ -132,7 +150,7 @@ def export_plan(
             "source_ids", "int32", (None, None), "source token ids, right-padded"
         )
         encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
-            model, source_spec, ops.ones((1, 3), "int32")
+            model, source_spec, ops.ones((1, 3), "int32"), decode_length(search)
         )
         plan.endpoints = [
             Endpoint(
@@ -159,9 +177,12 @@ def export_plan(
         "source token ids, right-padded with 0 to this length",
     )
     encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
-        model, source_spec, ops.ones((1, length), "int32")
+        model, source_spec, ops.ones((1, length), "int32"), decode_length(search)
     )
     plan.notes["source_length"] = length
+    if transformer:
+        plan.notes["max_steps"] = decode_length(search)(ops.ones((1, length)))
+        plan.notes["decoder_state"] = TRANSFORMER_STATE
     plan.artefacts = [
         Artefact(
             "encoder",
@@ -179,3 +200,24 @@ def export_plan(
         ),
     ]
     return plan
+
+
+def decode_length(search: dict):
+    """The most tokens the recipe's searches generate for source ids of a padded
+    width, `ceil(max_length_ratio * width) + max_length_offset + 1` (the bound of
+    `rnnkit.decoding`'s buffers): the slots of a Transformer's cache. A function of
+    the source ids: an int for a fixed width, a tensor for a dynamic one."""
+    import math
+
+    from keras import ops
+
+    ratio, offset = search["max_length_ratio"], search["max_length_offset"]
+
+    def slots(source_ids):
+        width = source_ids.shape[1]
+        if width is None:  # a SavedModel signature's dynamic width
+            width = ops.cast(ops.shape(source_ids)[1], "float32")
+            return ops.cast(ops.ceil(ratio * width), "int32") + offset + 1
+        return math.ceil(ratio * width) + offset + 1
+
+    return slots

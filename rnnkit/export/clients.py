@@ -86,14 +86,17 @@ def greedy_decode(
     memory and returns "logits" and the next state. Every output of `encode` is an
     input of the first `step`; an output "next_NAME" of `step` replaces the input
     NAME for the next step (the state), so the same loop serves every
-    encoder-decoder export (see export.json for the names).
+    encoder-decoder export (see export.json for the names): the recurrent
+    decoder's states as the Transformer's key/value cache and position.
 
     Args:
         encode, step: callables from named numpy arrays to named numpy arrays, e.g.
             `lambda inputs: run_onnx(session, inputs)`.
         encoder_inputs: the encoder's inputs (source ids, images).
         start_id, end_id: the ids of the start and end tokens.
-        max_steps: the most tokens generated per row (the end token included).
+        max_steps: the most tokens generated per row (the end token included);
+            for a Transformer export at most export.json's `max_steps`, the
+            positions its cache holds.
         suppress_ids: ids never generated (padding, the start token).
 
     Returns:

@@ -13,7 +13,11 @@ model: the same cell steps, the same masking rules.
   (Keras' own `LSTM`/`GRU`/`SimpleRNN`, whose loops keep `TensorList`s of
   unknown batch size) is an `ExportError` that names it, not a model that needs
   the Select TF ops runtime.
-- `to_onnx`: tf2onnx's `convert.from_function`. Keras' own
+- `to_onnx`: tf2onnx's `convert.from_function`, given the function frozen as for
+  LiteRT (every captured value a constant). tf2onnx freezes resource variables
+  itself but keeps any other captured tensor as a graph input: an adapted
+  `Normalization`'s mean and variance, which Keras holds as tensors beside its
+  variables, would become inputs a client has to feed. Keras' own
   `Model.export(format="onnx")` runs the same converter on the TensorFlow backend,
   but takes only a Keras model and writes a file, while `from_function` takes any
   `tf.function` (a decoder's single step, a signature of several inputs) and
@@ -120,6 +124,9 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     with export_mode():
         function, what = _traced(model, input_signature)
         signature = function.structured_input_signature[0]
+        # Frozen here, not by tf2onnx: it would keep captured tensors that are not
+        # variables (adapted statistics) as inputs.
+        frozen = _frozen(function)
         _check_onnx_names(function, what)
         # Its rewriters log failed pattern matches as errors; what matters ends in
         # an exception or an unconverted node, checked below.
@@ -129,7 +136,7 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
         try:
             with _stderr_captured():
                 proto, _ = tf2onnx.convert.from_function(
-                    _Traced(function), signature, opset=opset
+                    _Traced(frozen), signature, opset=opset
                 )
         except Exception as error:
             raise ExportError(

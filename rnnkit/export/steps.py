@@ -2,14 +2,18 @@
 
 - `language_model_step`: one step of a `LanguageModel`, token and states in,
   next-token logits and states out (streaming generation with any runtime);
-- `encoder_signature` / `decoder_step_signature`: the encoder and one decoder step
-  (attention included) of a model with the decoding interface of `rnnkit.decoding`
-  (`EncoderDecoder`, `ImageCaptioner`), so a client can run greedy or beam search;
-- `greedy_tokens`: greedy search as a TensorFlow graph (a `tf.while_loop` through
-  `rnnkit.decoding.greedy_loop`), for the SavedModels' end-to-end signatures.
+- `transformer_language_model_step`: the same for a `TransformerLanguageModel`,
+  whose state is its key/value cache, fixed-size tensors of `context_length`
+  positions, and the token's position ("step");
+- `decoder_signatures`: the encoder and one decoder step (attention included) of
+  a model with the decoding interface of `rnnkit.decoding` (`EncoderDecoder`,
+  `ImageCaptioner`, `TransformerEncoderDecoder`, whose state is its key/value
+  cache, fixed-size, and the next position), so a client can run greedy or beam
+  search.
 
-Each function returns `(function, inputs, outputs)`: a TensorFlow-traceable function
-of named tensors and the `rnnkit.export.Tensor`s it takes and gives. A state input
+Each returns `(function, inputs, outputs)` (`decoder_signatures` one for the encoder
+and one for the step): a TensorFlow-traceable function of named tensors and the
+`rnnkit.export.Tensor`s it takes and gives. A state input
 NAME comes back as the output "next_NAME" (ONNX does not let an output share an
 input's name), which `rnnkit.export.clients.greedy_decode` feeds to the next step.
 """
@@ -83,47 +87,191 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
     return step, inputs, outputs
 
 
-def _spec_of(name: str, tensor: Any, doc: str, dynamic_axes: int) -> Tensor:
-    """A Tensor named `name` shaped like `tensor` past its first `dynamic_axes`."""
-    shape = tuple(tensor.shape)
+def transformer_language_model_step(
+    model: Any,
+) -> tuple[Callable, list[Tensor], list[Tensor]]:
+    """One step of a `rnnkit.models.TransformerLanguageModel` through its key/value
+    cache, of fixed size: `model.context_length` positions.
+
+    Inputs: "token" int32 (batch,), "step" int32 (batch,), the token's position
+    (0 at the start of a text, the same in every row), and per block i the cache
+    "key_i" and "value_i" float32 (batch, heads, context_length, model_dim / heads)
+    and "written_i" int32 (batch, context_length), all zeros at the start of a
+    text. Outputs: "logits" float32 (batch, vocabulary) for the next token,
+    "next_step" and "next_key_i", "next_value_i", "next_written_i". A step costs
+    one pass of one token, O(context_length) whatever the position; a text longer
+    than `context_length` tokens restarts from zeros with its last tokens fed
+    again (as the recipe's generation does).
+    """
+    blocks = len(model.blocks)
+    parts = ("key", "value", "written")
+
+    def step(values: dict) -> dict:
+        position = ops.cast(values["step"], "int32")  # (batch,)
+        caches = [
+            {
+                "key": ops.cast(values[f"key_{i}"], model.compute_dtype),
+                "value": ops.cast(values[f"value_{i}"], model.compute_dtype),
+                "written": ops.cast(values[f"written_{i}"], "int32"),
+            }
+            for i in range(blocks)
+        ]
+        token = ops.cast(values["token"], "int32")[:, None]  # (batch, 1)
+        logits, caches = model.decode(token, caches, position[0])
+        outputs = {
+            "logits": ops.cast(logits[:, 0], "float32"),  # (batch, vocabulary)
+            "next_step": position + 1,
+        }
+        for i, cache in enumerate(caches):
+            for part in parts:
+                dtype = "int32" if part == "written" else "float32"
+                outputs[f"{NEXT}{part}_{i}"] = ops.cast(cache[part], dtype)
+        return outputs
+
+    length = model.context_length
+    heads = model.num_heads
+    key_dim = model.model_dim // heads
+    cache_inputs = []
+    for i in range(blocks):
+        cache_inputs += [
+            Tensor(
+                f"key_{i}",
+                "float32",
+                (None, heads, length, key_dim),
+                f"block {i}'s self-attention keys by position, zeros at the start",
+            ),
+            Tensor(
+                f"value_{i}",
+                "float32",
+                (None, heads, length, key_dim),
+                f"block {i}'s self-attention values by position, zeros at the start",
+            ),
+            Tensor(
+                f"written_{i}",
+                "int32",
+                (None, length),
+                "1 at the positions read so far, zeros at the start",
+            ),
+        ]
+    position = Tensor(
+        "step",
+        "int32",
+        (None,),
+        f"the token's position, 0 at the start of a text (below {length})",
+    )
+    inputs = [
+        Tensor("token", "int32", (None,), "the current token id"),
+        position,
+        *cache_inputs,
+    ]
+    outputs = [
+        Tensor("logits", "float32", (None, model.vocabulary_size), "next-token logits"),
+        *[
+            Tensor(NEXT + t.name, t.dtype, t.shape, f"{t.name} after this token")
+            for t in (position, *cache_inputs)
+        ],
+    ]
+    return step, inputs, outputs
+
+
+def _specs(
+    function: Callable, inputs: list[Tensor], docs: dict, example: dict | None
+) -> list[Tensor]:
+    """The outputs of `function` in the order of `docs` ({output name: what it
+    holds}): their dtypes and shapes from one eager call on `example` (inputs of
+    fixed shape past the batch: every output's shape is fixed too, which a
+    TensorFlow trace does not always see through a loop), else as TensorFlow
+    traces them on `inputs` (None where a size follows a dynamic input)."""
+    import tensorflow as tf
+
+    if example is not None:
+        outputs = function(dict(example))
+        shapes = {name: (None, *tuple(outputs[name].shape)[1:]) for name in docs}
+    else:
+        outputs = (
+            tf.function(
+                lambda values: dict(function(dict(values))),
+                input_signature=[{t.name: t.spec() for t in inputs}],
+                autograph=False,
+            )
+            .get_concrete_function()
+            .structured_outputs
+        )
+        shapes = {name: tuple(outputs[name].shape.as_list()) for name in docs}
+    return [
+        Tensor(name, tf.as_dtype(outputs[name].dtype).name, shapes[name], doc)
+        for name, doc in docs.items()
+    ]
+
+
+def _initial_state(model: Any, memory: dict, max_length: Any) -> Any:
+    """`model.initial_decoder_state(memory)`, with `max_length` slots for a model
+    whose state holds one per generated token (a Transformer's cache)."""
+    import inspect
+
+    parameters = inspect.signature(model.initial_decoder_state).parameters
+    if "max_length" not in parameters:
+        return model.initial_decoder_state(memory)
+    if max_length is None:
+        raise ValueError(
+            f"{type(model).__name__}'s decoder state holds one slot per generated "
+            "token: give decoder_signatures max_length (the search's length bound)"
+        )
+    return model.initial_decoder_state(memory, max_length=max_length)
+
+
+def _as_float32(tensor: Any) -> Any:
+    """Floating tensors as float32 (mixed precision's float16 states included);
+    integer and boolean ones (a cache's positions) as they are."""
     import keras
 
     dtype = keras.backend.standardize_dtype(tensor.dtype)
-    return Tensor(name, dtype, (None,) * dynamic_axes + shape[dynamic_axes:], doc)
+    return ops.cast(tensor, "float32") if "float" in dtype else tensor
 
 
 def decoder_signatures(
     model: Any,
     source: Tensor,
     example_source: Any,
-    memory_axes: dict[str, int] | None = None,
+    max_length: int | Callable[[Any], Any] | None = None,
 ) -> tuple[Callable, list[Tensor], list[Tensor], Callable, list[Tensor], list[Tensor]]:
     """The encoder and the one-step decoder of a model with the decoding interface
     (`encode`, `initial_decoder_state`, `decode_step`).
 
     The encoder takes `source` and returns the memory the decoder reads
-    ("memory_values", "memory_keys", ...: only the entries `decode_step` uses) and
-    the decoder's first state ("state_0", ...: every tensor of
-    `initial_decoder_state`, flattened). The step takes "token" int32 (batch,), the
-    state and the memory, and returns "logits" (batch, vocabulary), "attention"
-    (batch, positions) and "next_state_0", ...
+    ("memory_values", "memory_keys", ...: only the entries `decode_step` uses; a
+    list entry such as a Transformer's "cross_keys" as "memory_cross_keys_0",
+    "memory_cross_keys_1", ...) and the decoder's first state ("state_0", ...:
+    every tensor of `initial_decoder_state`, flattened with dict keys in sorted
+    order; each one's doc names its place in the state, e.g. "caches/0/key"). The
+    step takes "token" int32 (batch,), the state and the memory, and returns
+    "logits" (batch, vocabulary),
+    "attention" (batch, positions) and "next_state_0", ...
+
+    A Transformer's state is its self-attention key/value cache, of fixed size
+    (`max_length` positions per block: "caches/i/key", "caches/i/value",
+    "caches/i/written") and the position of the next token ("step", int32
+    (batch,)), so each step costs the same whatever its position.
 
     Args:
         model: the model.
         source: the encoder's input; its shape is kept (a fixed source length for
             LiteRT's loops, or None).
         example_source: a batch of one source shaped as `source` (its fixed
-            length, if any), to learn the memory's and the state's structure,
-            dtypes and shapes from one eager call.
-        memory_axes: {memory key: leading axes of any size} for the returned
-            shapes; default 2 (batch, positions) when the source length is not
-            fixed, else 1.
+            length, if any), to learn which memory entries the step reads, and
+            for a fixed length every shape, from eager calls.
+        max_length: for a model whose state holds one slot per generated token
+            (`initial_decoder_state(memory, max_length)`), the slots: an int, or
+            a function of the source ids returning one (the search's length
+            bound for their padded width). Ignored for other models.
     """
-    import tensorflow as tf
+    import keras
+
+    def slots(source_ids):
+        return max_length(source_ids) if callable(max_length) else max_length
 
     memory = model.encode(example_source, training=False)
-    state = model.initial_decoder_state(memory)
-    flat_state = tf.nest.flatten(state)
+    state = _initial_state(model, memory, slots(example_source))
     token = ops.ones((1,), "int32")
     needed = []
     for key in sorted(memory):
@@ -132,33 +280,45 @@ def decoder_signatures(
             model.decode_step(token, state, partial, training=False)
         except KeyError:
             needed.append(key)
-    fixed = source.shape[1] is not None if len(source.shape) > 1 else True
-    axes = memory_axes or {}
-    memory_specs = [
-        _spec_of(
-            f"memory_{key}",
-            memory[key],
-            f"the encoder's {key!r}, as the encoder returned it",
-            axes.get(key, 1 if fixed else 2),
-        )
-        for key in needed
+
+    def memory_names(key):
+        if isinstance(memory[key], (list, tuple)):
+            return [f"memory_{key}_{i}" for i in range(len(memory[key]))]
+        return [f"memory_{key}"]
+
+    def flat_memory(memory):
+        flat = {}
+        for key in needed:
+            values = memory[key]
+            values = values if isinstance(values, (list, tuple)) else [values]
+            flat.update(zip(memory_names(key), values, strict=True))
+        return flat
+
+    state_paths = [
+        "/".join(str(key) for key in path)
+        for path, _ in keras.tree.flatten_with_path(state)
     ]
-    state_specs = [
-        _spec_of(f"state_{i}", s, "decoder state", 1) for i, s in enumerate(flat_state)
-    ]
+    state_names = [f"state_{i}" for i in range(len(state_paths))]
 
     def encode(values: dict) -> dict:
-        memory = model.encode(values[source.name], training=False)
-        state = tf.nest.flatten(model.initial_decoder_state(memory))
+        source_ids = values[source.name]
+        memory = model.encode(source_ids, training=False)
+        state = keras.tree.flatten(_initial_state(model, memory, slots(source_ids)))
         return {
-            **{f"memory_{key}": memory[key] for key in needed},
-            **{f"state_{i}": ops.cast(s, "float32") for i, s in enumerate(state)},
+            **flat_memory(memory),
+            **{
+                name: _as_float32(s) for name, s in zip(state_names, state, strict=True)
+            },
         }
 
     def step(values: dict) -> dict:
-        memory = {key: values[f"memory_{key}"] for key in needed}
-        state = tf.nest.pack_sequence_as(
-            state_template, [values[t.name] for t in state_specs]
+        memory = {}
+        for key in needed:
+            entries = [values[name] for name in memory_names(key)]
+            listed = isinstance(state_memory[key], (list, tuple))
+            memory[key] = entries if listed else entries[0]
+        state = keras.tree.pack_sequence_as(
+            state_template, [values[name] for name in state_names]
         )
         token = ops.cast(values["token"], "int32")
         logits, state, weights = model.decode_step(token, state, memory)
@@ -166,31 +326,38 @@ def decoder_signatures(
             "logits": ops.cast(logits, "float32"),
             "attention": ops.cast(weights, "float32"),
         }
-        for index, tensor in enumerate(tf.nest.flatten(state)):
-            outputs[f"{NEXT}state_{index}"] = ops.cast(tensor, "float32")
+        for name, tensor in zip(state_names, keras.tree.flatten(state), strict=True):
+            outputs[NEXT + name] = _as_float32(tensor)
         return outputs
 
-    state_template = state
-    vocabulary = int(model.decode_step(token, state, memory)[0].shape[-1])
-    positions = memory_specs[0].shape[1] if memory_specs else None
+    state_template, state_memory = state, memory
+    memory_docs = {
+        name: f"the encoder's {key!r}, as the encoder returned it"
+        for key in needed
+        for name in memory_names(key)
+    }
+    state_docs = {
+        name: f"decoder state {path!r}"
+        for name, path in zip(state_names, state_paths, strict=True)
+    }
+    fixed = all(size is not None for size in source.shape[1:])
+    example = {source.name: example_source} if fixed else None
+    encoder_outputs = _specs(encode, [source], {**memory_docs, **state_docs}, example)
+    if fixed:
+        example = {**encode(example), "token": ops.ones((1,), "int32")}
     step_inputs = [
         Tensor("token", "int32", (None,), "the previous token (start id first)"),
-        *state_specs,
-        *memory_specs,
+        *[t for t in encoder_outputs if t.name in state_docs],
+        *[t for t in encoder_outputs if t.name in memory_docs],
     ]
-    step_outputs = [
-        Tensor("logits", "float32", (None, vocabulary), "next-token logits"),
-        Tensor("attention", "float32", (None, positions), "attention weights"),
-        *[
-            Tensor(NEXT + t.name, "float32", t.shape, f"{t.name} for the next step")
-            for t in state_specs
-        ],
-    ]
-    return (
-        encode,
-        [source],
-        [*memory_specs, *state_specs],
+    step_outputs = _specs(
         step,
         step_inputs,
-        step_outputs,
+        {
+            "logits": "next-token logits",
+            "attention": "attention weights",
+            **{NEXT + name: f"{name} for the next step" for name in state_names},
+        },
+        example,
     )
+    return encode, [source], encoder_outputs, step, step_inputs, step_outputs

@@ -18,6 +18,9 @@ model) the layers trace otherwise, and only then:
   into an ONNX `Loop`. The batch size and the number of steps stay dynamic.
 - the Bahdanau layer scores all queries at once, broadcast over (batch, Tq, Tv,
   units), instead of one query at a time.
+- the Transformer decoder block writes its key/value cache with a gather and a
+  select (`write_positions` below) instead of `ops.slice_update` (XLA's
+  DynamicUpdateSlice, which tf2onnx does not convert).
 
 The numbers are those of the normal path (the same step, the same masking rules as
 Keras' loop); training and the normal inference path never read the flag except
@@ -126,3 +129,21 @@ def bahdanau_scores(projected_query, projected_key, score_vector):
         ops.expand_dims(projected_query, 2) + ops.expand_dims(projected_key, 1)
     )  # (batch, Tq, Tv, units)
     return ops.matmul(hidden, score_vector)  # (batch, Tq, Tv)
+
+
+def write_positions(cache, start, updates, axis):
+    """`ops.slice_update(cache, start at axis, updates)` as a gather and a select:
+    positions start..start+T-1 of `cache` along `axis` take `updates` (T there),
+    the others keep theirs. Both converters take it (LiteRT's GATHER and SELECT,
+    ONNX's Gather and Where); the values are copied, never computed."""
+    from keras import ops
+
+    length = ops.shape(cache)[axis]
+    count = ops.shape(updates)[axis]
+    positions = ops.arange(length, dtype="int32")  # (L,)
+    offsets = positions - ops.cast(start, "int32")  # (L,)
+    inside = ops.logical_and(offsets >= 0, offsets < count)  # (L,)
+    placed = ops.take(updates, ops.clip(offsets, 0, count - 1), axis=axis)
+    shape = [1] * len(cache.shape)
+    shape[axis] = -1
+    return ops.where(ops.reshape(inside, shape), placed, cache)  # cache's shape

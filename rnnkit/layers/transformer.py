@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from rnnkit.layers import _attention, _transformer
+from rnnkit.layers import _attention, _export, _transformer
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -372,12 +372,22 @@ class TransformerDecoderBlock(_transformer.TransformerBlock):
             if padding_mask is None
             else ops.cast(padding_mask, "int32")
         )  # (batch, T)
-        cache = {
-            **cache,
-            "key": ops.slice_update(cache["key"], (0, 0, step, 0), key),
-            "value": ops.slice_update(cache["value"], (0, 0, step, 0), value),
-            "written": ops.slice_update(cache["written"], (0, step), written),
-        }
+        if _export.active():
+            cache = {
+                **cache,
+                "key": _export.write_positions(cache["key"], step, key, axis=2),
+                "value": _export.write_positions(cache["value"], step, value, axis=2),
+                "written": _export.write_positions(
+                    cache["written"], step, written, axis=1
+                ),
+            }
+        else:
+            cache = {
+                **cache,
+                "key": ops.slice_update(cache["key"], (0, 0, step, 0), key),
+                "value": ops.slice_update(cache["value"], (0, 0, step, 0), value),
+                "written": ops.slice_update(cache["written"], (0, step), written),
+            }
         query_positions = ops.arange(length) + step  # (T,)
         key_positions = ops.arange(max_length)  # (max_length,)
         if use_causal_mask:

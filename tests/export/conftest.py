@@ -2,7 +2,7 @@
 
 Each is the recipe's smoke config cut further (fewer examples, one epoch, no slow
 baselines): the export tests need a trained model of the recipe's architecture, not a
-good one.
+good one. Translation and the language model have a Transformer run too.
 """
 
 from __future__ import annotations
@@ -38,14 +38,30 @@ QUICK = {
         "evaluation.heatmaps=0",
     ],  # fmt: skip
 }
+# The Transformer runs: the quick runs with a one-block Transformer of d = 16.
+TINY_TRANSFORMER = [
+    "--set", "model.architecture=transformer",
+    "--set", "model.model_dim=16",
+    "--set", "model.num_heads=2",
+    "--set", "model.feedforward_dim=32",
+]  # fmt: skip
+QUICK["translation_transformer"] = [*QUICK["translation"], *TINY_TRANSFORMER]
+QUICK["language_model_transformer"] = [
+    *QUICK["language_model"],
+    *TINY_TRANSFORMER,
+    "--set",
+    "train.bptt=16",  # the Transformer's context: its cache's positions
+]
 
 
-def trained_run(folder: Path, recipe: str) -> Path:
-    run_dir = folder / recipe
+def trained_run(folder: Path, name: str) -> Path:
+    """The run `name` of QUICK: a recipe, or RECIPE_transformer."""
+    recipe = name.removesuffix("_transformer")
+    run_dir = folder / name
     config = ROOT / "recipes" / recipe / "configs" / "smoke.toml"
     result = invoke(
         "run", recipe, "--config", str(config), "--run-dir", str(run_dir),
-        *QUICK[recipe],
+        *QUICK[name],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return run_dir
@@ -53,7 +69,8 @@ def trained_run(folder: Path, recipe: str) -> Path:
 
 @pytest.fixture(scope="package")
 def runs(tmp_path_factory):
-    """{recipe: run directory}, each trained on first use."""
+    """{run name (a recipe, or RECIPE_transformer): run directory}, each trained
+    on first use."""
     folder = tmp_path_factory.mktemp("export_runs")
     made: dict[str, Path] = {}
 

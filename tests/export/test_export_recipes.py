@@ -22,25 +22,11 @@ from tests.shared_data import SHARED_DATA
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
-# A LiteRT conversion that fails (below, the known bugs) leaves TensorFlow functions
+# A LiteRT conversion that fails (`exported`, below) leaves TensorFlow functions
 # whose deletion raises "Tried to remove non-existent function" whenever the garbage
 # collector reaches them, in whichever test that is.
 pytestmark = pytest.mark.filterwarnings(
     "ignore::pytest.PytestUnraisableExceptionWarning"
-)
-
-
-def known_conversion_bug(reason: str):
-    return pytest.mark.xfail(reason=f"rnnkit.export.convert: {reason}", strict=False)
-
-
-# Conversions that rnnkit.export.convert (issue 30, part A) gets wrong at the time of
-# writing; the export around them is the same as for the formats that pass.
-# The export's probe check (rnnkit.export.portable.check) refuses it with a one-line
-# ExportError instead of writing a wrong file.
-NORMALIZATION_NAN = known_conversion_bug(
-    "a model with an adapted Normalization layer converts to ONNX with its "
-    "statistics left as inputs"
 )
 
 
@@ -65,14 +51,7 @@ def artefact_path(result, name="model"):
     return result.output / result.description["models"][name]["file"]
 
 
-@pytest.mark.parametrize(
-    "format",
-    [
-        "saved_model",
-        "tflite",
-        pytest.param("onnx", marks=NORMALIZATION_NAN),
-    ],
-)
+@pytest.mark.parametrize("format", FORMATS)
 def test_stock_forecast(runs, format, tmp_path):
     recipe, config, model = runner.load_run(runs("stock"), registry.load)
     data = recipe.load_data(config)
@@ -153,37 +132,68 @@ def test_sentiment_tokenizer_is_the_models_text_layers(runs):
     assert not ids[:, width:].any()
 
 
-def test_language_model_step_is_the_model_one_token_at_a_time(runs):
-    from rnnkit.export.steps import language_model_step
+def language_model_step(model):
+    """The exported step of a language model of either architecture."""
+    from rnnkit.export.steps import (
+        language_model_step,
+        transformer_language_model_step,
+    )
 
-    _, _, model = runner.load_run(runs("language_model"), registry.load)
-    step, inputs, _ = language_model_step(model)
-    ids = np.random.default_rng(0).integers(0, model.vocabulary_size, (3, 15))
-    expected = np.asarray(model.with_batch_size(None, stateful=False)(ids))
-    state = {t.name: np.zeros((3, t.shape[1]), "float32") for t in inputs[1:]}
+    if getattr(model, "architecture", "rnn") == "transformer":
+        return transformer_language_model_step(model)
+    return language_model_step(model)
+
+
+def zero_state(inputs, batch: int) -> dict:
+    """The step's state inputs at the start of a text: zeros."""
+    return {
+        t.name: np.zeros((batch, *t.shape[1:]), t.dtype)
+        for t in inputs
+        if t.name != "token"
+    }
+
+
+def stepped(step, ids, state) -> tuple[np.ndarray, dict]:
+    """The logits (batch, time, vocabulary) of `ids` fed one token at a time from
+    `state`, and the state after them."""
     logits = []
     for t in range(ids.shape[1]):
         outputs = step({"token": ids[:, t].astype("int32"), **state})
         logits.append(np.asarray(outputs["logits"]))
         state = {name: np.asarray(outputs["next_" + name]) for name in state}
-    np.testing.assert_allclose(np.stack(logits, 1), expected, atol=1e-5, rtol=1e-5)
+    return np.stack(logits, 1), state
 
 
-@pytest.mark.parametrize("format", ["saved_model", "tflite", "onnx"])
-def test_language_model_step(runs, format, tmp_path):
-    from rnnkit.export.steps import language_model_step
+@pytest.mark.parametrize("run", ["language_model", "language_model_transformer"])
+def test_language_model_step_is_the_model_one_token_at_a_time(runs, run):
+    _, _, model = runner.load_run(runs(run), registry.load)
+    step, inputs, _ = language_model_step(model)
+    ids = np.random.default_rng(0).integers(0, model.vocabulary_size, (3, 15))
+    if run == "language_model":
+        model = model.with_batch_size(None, stateful=False)
+    expected = np.asarray(model(ids))
+    logits, _ = stepped(step, ids, zero_state(inputs, 3))
+    np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
 
-    _, _, model = runner.load_run(runs("language_model"), registry.load)
+
+@pytest.mark.parametrize("run", ["language_model", "language_model_transformer"])
+@pytest.mark.parametrize("format", FORMATS)
+def test_language_model_step(runs, run, format, tmp_path):
+    _, _, model = runner.load_run(runs(run), registry.load)
     step, inputs, _ = language_model_step(model)
     rng = np.random.default_rng(1)
     feeds = {"token": rng.integers(0, model.vocabulary_size, (4,)).astype("int32")}
-    for tensor in inputs[1:]:
-        feeds[tensor.name] = rng.uniform(-1, 1, (4, tensor.shape[1])).astype("float32")
+    if run == "language_model":
+        for tensor in inputs[1:]:
+            shape = (4, tensor.shape[1])
+            feeds[tensor.name] = rng.uniform(-1, 1, shape).astype("float32")
+    else:  # the cache in the middle of a text: five tokens read
+        prefix = rng.integers(0, model.vocabulary_size, (4, 5))
+        feeds.update(stepped(step, prefix, zero_state(inputs, 4))[1])
     expected = {k: np.asarray(v) for k, v in step(feeds).items()}
-    result = exported(runs("language_model"), format, tmp_path)
-    signature = "step"
+    result = exported(runs(run), format, tmp_path)
     (actual,) = run_fresh(
-        tmp_path, [(format, artefact_path(result, "step"), signature, feeds)]
+        tmp_path, [(format, artefact_path(result, "step"), "step", feeds)]
     )
     assert_close(actual, expected)
     tokens = json.loads((result.output / "vocabulary.json").read_text("utf-8"))
@@ -213,39 +223,90 @@ def test_translation_saved_model_translates_as_greedy_search(runs, tmp_path):
     assert actual["token_ids"][-1].any()
 
 
-@pytest.mark.parametrize("format", ["tflite", "onnx"])
-def test_translation_encoder_and_decoder_step(runs, format, tmp_path):
+def source_id_rows(model, config, sentences, length=None) -> np.ndarray:
+    """The sentences' source ids, right-padded with 0 to `length` (default: the
+    longest)."""
     from rnnkit_recipes.translation.data import text_options
     from rnnkit_recipes.translation.decode import source_tokens
 
-    from rnnkit import decoding
     from rnnkit.data.parallel_text import SubwordVocabulary
-    from rnnkit.export import Tensor
-    from rnnkit.export.steps import decoder_signatures
 
-    recipe, config, model = runner.load_run(runs("translation"), registry.load)
-    result = exported(runs("translation"), format, tmp_path)
-    notes = result.description["notes"]
-    length = notes["source_length"]
     vocabulary = SubwordVocabulary(model.source_tokens)
-    sentences = multi30k("test_2016_flickr", "de", 6)
     rows = [
         vocabulary.encode(source_tokens(s, text_options(config))) for s in sentences
     ]
+    length = length or max(len(ids) for ids in rows)
     source_ids = np.zeros((len(rows), length), "int32")  # padded: masked positions
     for row, ids in enumerate(rows):
         source_ids[row, : len(ids)] = ids[:length]
+    return source_ids
+
+
+def decoder_feeds(model, config, source_ids, fixed_length: bool):
+    """The Keras encoder's outputs for `source_ids`, and the decoder step's inputs
+    three greedy steps later (state and cache part-filled), with the step's
+    outputs there."""
+    from rnnkit_recipes.translation.decode import search_options
+    from rnnkit_recipes.translation.export import decode_length
+
+    from rnnkit.export import Tensor
+    from rnnkit.export.steps import decoder_signatures
+
+    length = source_ids.shape[1] if fixed_length else None
     encode, _, _, step, step_inputs, _ = decoder_signatures(
         model,
         Tensor("source_ids", "int32", (None, length)),
-        np.ones((1, length), "int32"),
+        np.ones((1, source_ids.shape[1]), "int32"),
+        decode_length(search_options(config)),
     )
-    expected_memory = {
-        k: np.asarray(v) for k, v in encode({"source_ids": source_ids}).items()
-    }
-    step_feeds = {**expected_memory, "token": np.full((len(rows),), 2, "int32")}
-    step_feeds = {t.name: step_feeds[t.name] for t in step_inputs}
-    expected_step = {k: np.asarray(v) for k, v in step(step_feeds).items()}
+    memory = {k: np.asarray(v) for k, v in encode({"source_ids": source_ids}).items()}
+    feeds = {**memory, "token": np.full((len(source_ids),), 2, "int32")}
+    for _ in range(3):
+        outputs = {k: np.asarray(v) for k, v in step(feeds).items()}
+        feeds["token"] = outputs["logits"].argmax(-1).astype("int32")
+        feeds.update({k[5:]: v for k, v in outputs.items() if k.startswith("next_")})
+    feeds = {t.name: feeds[t.name] for t in step_inputs}
+    return memory, feeds, {k: np.asarray(v) for k, v in step(feeds).items()}
+
+
+def test_translation_transformer_saved_model(runs, tmp_path):
+    """Greedy translations as the recipe's own, and the encoder and a decoder step
+    (any source length) within 1e-5 of Keras."""
+    run_dir = runs("translation_transformer")
+    recipe, config, model = runner.load_run(run_dir, registry.load)
+    sentences = [*multi30k("test_2016_flickr", "de", 6), "Ein Hund!"]
+    greedy = config.with_values({"evaluation.beam_width": 1})
+    expected = recipe.predict(model, sentences, greedy)
+    source_ids = source_id_rows(model, config, sentences[:4])
+    memory, feeds, step_out = decoder_feeds(model, config, source_ids, False)
+    result = export(run_dir, format="saved_model", output=tmp_path / "sm")
+    actual, actual_memory, actual_step = run_fresh(
+        tmp_path,
+        [
+            ("saved_model", result.output, "translate", {"text": np.array(sentences)}),
+            ("saved_model", result.output, "encode", {"source_ids": source_ids}),
+            ("saved_model", result.output, "decoder_step", feeds),
+        ],
+    )
+    assert [t.decode() for t in actual["translation"]] == expected
+    assert_close(actual_memory, memory)
+    assert_close(actual_step, step_out)
+
+
+@pytest.mark.parametrize("run", ["translation", "translation_transformer"])
+@pytest.mark.parametrize("format", ["tflite", "onnx"])
+def test_translation_encoder_and_decoder_step(runs, run, format, tmp_path):
+    from rnnkit import decoding
+
+    recipe, config, model = runner.load_run(runs(run), registry.load)
+    result = exported(runs(run), format, tmp_path)
+    notes = result.description["notes"]
+    length = notes["source_length"]
+    sentences = multi30k("test_2016_flickr", "de", 6)
+    source_ids = source_id_rows(model, config, sentences, length)
+    expected_memory, step_feeds, expected_step = decoder_feeds(
+        model, config, source_ids, True
+    )
     memory, step_out = run_fresh(
         tmp_path,
         [
@@ -277,6 +338,7 @@ def test_translation_encoder_and_decoder_step(runs, format, tmp_path):
         decoder = Interpreter(model_path=str(artefact_path(result, "decoder_step")))
         run_encoder = lambda inputs: call(encoder, inputs)  # noqa: E731
         run_step = lambda inputs: call(decoder, inputs)  # noqa: E731
+    assert notes.get("max_steps", 20) >= 20  # a Transformer's cache positions
     tokens = greedy_decode(
         run_encoder,
         run_step,

@@ -106,6 +106,18 @@ def attention_model(attention, name):
     return keras.Model(tokens, output, name=name)
 
 
+def normalized_lstm_model():
+    """An LSTM over windows scaled by an adapted `Normalization`, whose statistics
+    are non-trainable state (tensors captured by the traced function, not weights
+    the converters fold by themselves)."""
+    normalization = keras.layers.Normalization()
+    normalization.adapt(price_windows()[0] * 40.0 + 3.0)  # its own mean and scale
+    return keras.Sequential(
+        [keras.Input((None, 4)), normalization, layers.LSTM(5), keras.layers.Dense(1)],
+        name="normalized_lstm",
+    )
+
+
 def transformer_model():
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     target = keras.Input((None,), dtype="int32", name="target")
@@ -130,6 +142,7 @@ CONFIGS = {
         ),
         "prices",
     ),
+    "normalized_lstm_prices": (normalized_lstm_model, "prices"),
     "lstm_masked_prices": (
         lambda: keras.Sequential(
             [
