@@ -21,6 +21,21 @@ def words(model: keras.Model, tokens) -> list[str]:
     return Vocabulary(model.tokens).decode(tokens)
 
 
+def search_options(config: CaptioningConfig) -> dict:
+    """The special ids and the length limit of every search of the recipe (its own
+    decoding and the greedy loop of its exported SavedModel): `data.max_length`
+    words and the end token."""
+    from rnnkit_recipes.captioning.data import END_ID, PAD_ID, START_ID
+
+    return dict(
+        start_id=START_ID,
+        end_id=END_ID,
+        pad_id=PAD_ID,
+        suppress_ids=(PAD_ID, START_ID),
+        max_length=config.data.max_length + 1,
+    )
+
+
 def search(
     model: keras.Model,
     inputs: np.ndarray,
@@ -33,18 +48,11 @@ def search(
     Generated captions stop after `data.max_length` words and the end token.
     """
     import numpy as np
-    from rnnkit_recipes.captioning.data import END_ID, PAD_ID, START_ID
 
     from rnnkit import decoding
 
     evaluation = config.evaluation
-    common = dict(
-        start_id=START_ID,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        suppress_ids=(PAD_ID, START_ID),
-        max_length=config.data.max_length + 1,
-    )
+    common = search_options(config)
     parts = []
     for start in range(0, len(inputs), evaluation.decode_batch_size):
         batch = np.asarray(

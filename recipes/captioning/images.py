@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
-import io
 import os
 import zipfile
 import zlib
@@ -147,12 +146,13 @@ def digests(
 def decode(content: bytes, size: int) -> np.ndarray | str:
     """`(size, size, 3)` uint8 RGB pixels of an encoded image, squashed (not
     cropped) with bilinear filtering; or why it cannot be read."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
+
+    # The one definition, shared with the exported model's client.
+    from rnnkit.export.clients import squash_image
 
     try:
-        with Image.open(io.BytesIO(content)) as image:
-            image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-            return np.asarray(image, dtype=np.uint8)
+        return squash_image(content, size)
     except UnidentifiedImageError:
         return "not a known image format"
     except (OSError, ValueError) as error:

@@ -263,6 +263,11 @@ class CaptioningRecipe(Recipe):
                 references=[" ".join(c) for c in test.captions[row]],
             )
 
+    def export_plan(self, model: keras.Model, config: CaptioningConfig, format: str):
+        from rnnkit_recipes.captioning.export import export_plan
+
+        return export_plan(model, config, format)
+
 
 def _check(config: CaptioningConfig) -> None:
     model = config.model

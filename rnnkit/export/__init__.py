@@ -8,8 +8,9 @@ A run directory is exported as its recipe declares (`Recipe.export_plan`): what 
 exported model takes and returns per format, and the vocabulary files written beside
 it (the sentiment classifier reads raw strings in its SavedModel and token ids in its
 LiteRT / ONNX files, the translation model is an end-to-end `translate` signature in
-its SavedModel and an encoder plus a one-step decoder in LiteRT / ONNX, ...). A Keras
-model of your own is exported with its inputs as they are. Every export is a folder
+its SavedModel and an encoder plus a one-step decoder in LiteRT / ONNX, the
+captioning model the same with image bytes in, ...). A Keras model of your own is
+exported with its inputs as they are. Every export is a folder
 holding the artefacts and `export.json`, which names each file, signature, input and
 output with its dtype and shape, and the versions that wrote it; it is written whole
 or not at all (see `rnnkit.export.writer`).

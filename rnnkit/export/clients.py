@@ -7,6 +7,7 @@ settings below are those of the export's `export.json`.
   `TextVectorization` and `TruncateSequence` do inside the SavedModel).
 - `greedy_decode`: greedy search with an exported encoder and one-step decoder
   (translation, captioning), any runtime.
+- `image_pixels`: the captioning encoder's input from image files (Pillow).
 - `run_litert`, `run_onnx`: one call of a LiteRT or ONNX model with named inputs.
 """
 
@@ -121,6 +122,34 @@ def greedy_decode(
         if finished.all():
             break
     return np.stack(generated, axis=1)
+
+
+def squash_image(content: bytes, size: int) -> np.ndarray:
+    """`(size, size, 3)` uint8 RGB pixels of an encoded image (JPEG, PNG, ...),
+    squashed (not cropped) with Pillow's bilinear filter. The captioning recipe
+    reads every image through this function; a file Pillow cannot read raises
+    Pillow's error (`PIL.UnidentifiedImageError`, `OSError`)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(content)) as image:
+        image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+        return np.asarray(image, dtype=np.uint8)
+
+
+def image_pixels(images: Sequence[str | bytes], size: int) -> np.ndarray:
+    """The captioning encoder's input `(len(images), size, size, 3)` float32: RGB
+    levels 0-255 of each image (a file path or the file's bytes), squashed to
+    `size` squares as the recipe does (`squash_image`); `size` is the
+    "image_size" of export.json's notes."""
+    rows = []
+    for image in images:
+        if isinstance(image, str):
+            with open(image, "rb") as handle:
+                image = handle.read()
+        rows.append(squash_image(image, size))
+    return np.stack(rows).astype(np.float32)
 
 
 def run_litert(interpreter, inputs: Mapping[str, np.ndarray]) -> dict:

@@ -102,13 +102,7 @@ class GraphVocabulary:
         `rnnkit.data.parallel_text.detokenize`."""
         import tensorflow as tf
 
-        from rnnkit.data.vocabulary import END_ID, PAD_ID, START_ID
-
-        ids = tf.cast(ids, tf.int32)
-        before_end = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, END_ID), tf.int32), 1), 0)
-        keep = before_end & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, START_ID)
-        kept = tf.ragged.boolean_mask(ids, keep)
-        pieces = tf.gather(self.tokens, kept)
+        pieces = generated_tokens(self.tokens, ids)
         if self.subword:
             # SentencePiece's decoding of BPE pieces: joined, "\u2581" marks a space.
             texts = tf.strings.reduce_join(pieces, axis=-1, separator="")
@@ -117,6 +111,20 @@ class GraphVocabulary:
         else:
             texts = tf.strings.reduce_join(pieces, axis=-1, separator=" ")
         return detokenize(texts)
+
+
+def generated_tokens(tokens, ids):
+    """Ragged strings (batch, None): the tokens of generated ids (batch, steps) up to
+    the end token, padding and start tokens dropped (the special ids of
+    `rnnkit.data.vocabulary`, which the captioning vocabulary shares)."""
+    import tensorflow as tf
+
+    from rnnkit.data.vocabulary import END_ID, PAD_ID, START_ID
+
+    ids = tf.cast(ids, tf.int32)
+    before_end = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, END_ID), tf.int32), 1), 0)
+    keep = before_end & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, START_ID)
+    return tf.gather(tokens, tf.ragged.boolean_mask(ids, keep))
 
 
 def detokenize(texts):

@@ -37,6 +37,21 @@ QUICK = {
         "--set",
         "evaluation.heatmaps=0",
     ],  # fmt: skip
+    # Five quick epochs at a high rate: greedy captions that end at different
+    # lengths (some at the end token, some at the length limit), as the export's
+    # greedy loop must reproduce.
+    "captioning": [
+        "--set",
+        "data.limit=16",
+        "--set",
+        "train.epochs=5",
+        "--set",
+        "train.learning_rate=0.01",
+        "--set",
+        "evaluation.beam_width=1",
+        "--set",
+        "evaluation.overlays=0",
+    ],  # fmt: skip
 }
 # The Transformer runs: the quick runs with a one-block Transformer of d = 16.
 TINY_TRANSFORMER = [
@@ -59,9 +74,11 @@ def trained_run(folder: Path, name: str) -> Path:
     recipe = name.removesuffix("_transformer")
     run_dir = folder / name
     config = ROOT / "recipes" / recipe / "configs" / "smoke.toml"
+    # The captioning run's decoded images go to the test's folder, not the user's.
+    cache = ["--set", f"data.cache_dir={folder / 'cache'}"]
     result = invoke(
         "run", recipe, "--config", str(config), "--run-dir", str(run_dir),
-        *QUICK[name],
+        *QUICK[name], *(cache if recipe == "captioning" else []),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return run_dir

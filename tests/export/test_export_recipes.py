@@ -358,3 +358,203 @@ def test_translation_encoder_and_decoder_step(runs, run, format, tmp_path):
     ).tokens[:, 0]
     np.testing.assert_array_equal(tokens, reference[:, : tokens.shape[1]])
     assert not reference[:, tokens.shape[1] :].any()
+
+
+# -- captioning -----------------------------------------------------------------------
+
+FLICKR8K = SHARED_DATA / "captioning"
+
+
+def flickr8k_test_images(count: int) -> list[bytes]:
+    """The first `count` Flickr8k test images, as their JPEG files' bytes."""
+    import zipfile
+
+    from tests.shared_data import require
+
+    names = (require(FLICKR8K) / "Flickr_8k.testImages.txt").read_text().split()
+    with zipfile.ZipFile(require(FLICKR8K / "flickr8k_images_256px.zip")) as images:
+        return [images.read(f"flickr8k_images_256/{n}") for n in names[:count]]
+
+
+def re_encoded(content: bytes, mode: str, format: str) -> bytes:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(content)) as image:
+        buffer = io.BytesIO()
+        image.convert(mode).save(buffer, format)
+    return buffer.getvalue()
+
+
+def test_captioning_graph_decodes_images_to_the_recipes_pixels():
+    """The SavedModel's image handling gives the very pixels the recipe trains and
+    predicts on (Pillow's), for real JPEGs shrunk and enlarged, grey JPEGs and PNGs
+    with and without alpha or a palette."""
+    from rnnkit_recipes.captioning.images import decode
+
+    from rnnkit.export.images import squashed_pixels
+
+    jpegs = flickr8k_test_images(20)
+    contents = [
+        *jpegs,
+        re_encoded(jpegs[0], "L", "JPEG"),
+        *(re_encoded(jpegs[1], mode, "PNG") for mode in ("RGB", "RGBA", "L", "P")),
+    ]
+    for size in (64, 299):  # the images are at most 256 pixels wide
+        expected = np.stack([decode(content, size) for content in contents])
+        actual = np.asarray(squashed_pixels(tf.constant(contents), size))
+        np.testing.assert_array_equal(actual, expected, err_msg=f"size {size}")
+
+
+def captioning_case(runs, tmp_path, count: int = 8):
+    """The run, its model, real test images (files and bytes) and the recipe's own
+    greedy captions of them (`rnnkit predict ... --beam 1`)."""
+    recipe, config, model = runner.load_run(runs("captioning"), registry.load)
+    contents = flickr8k_test_images(count)
+    paths = []
+    for index, content in enumerate(contents):
+        paths.append(tmp_path / f"image_{index}.jpg")
+        paths[-1].write_bytes(content)
+    greedy = config.with_values({"evaluation.beam_width": 1, "evaluation.n_best": 1})
+    lines = recipe.predict(model, [str(path) for path in paths], greedy)
+    captions = [line.split(": ", 1)[1] for line in lines]
+    return config, model, contents, paths, captions
+
+
+def captioning_step_expectations(model, pixels):
+    """Keras' encoder outputs for `pixels`, and the feeds and outputs of one decoder
+    step from them (random previous tokens)."""
+    from rnnkit.export import Tensor
+    from rnnkit.export.steps import decoder_signatures
+
+    size = model.image_size
+    encode, _, _, step, step_inputs, _ = decoder_signatures(
+        model,
+        Tensor("image", "float32", (None, size, size, 3)),
+        np.zeros((1, size, size, 3), "float32"),
+    )
+    memory = {k: np.asarray(v) for k, v in encode({"image": pixels}).items()}
+    tokens = np.random.default_rng(0).integers(0, model.vocabulary_size, len(pixels))
+    feeds = {**memory, "token": tokens.astype("int32")}
+    feeds = {t.name: feeds[t.name] for t in step_inputs}
+    return memory, feeds, {k: np.asarray(v) for k, v in step(feeds).items()}
+
+
+def test_captioning_saved_model_captions_as_greedy_search(runs, tmp_path):
+    from rnnkit.export.clients import image_pixels
+
+    _, model, contents, paths, captions = captioning_case(runs, tmp_path)
+    pixels = image_pixels([str(path) for path in paths], model.image_size)
+    memory, feeds, expected_step = captioning_step_expectations(model, pixels)
+    result = export(runs("captioning"), format="saved_model", output=tmp_path / "sm")
+    assert result.description["models"]["saved_model"]["serving_default"] == "caption"
+    actual, actual_memory, actual_step = run_fresh(
+        tmp_path,
+        [
+            ("saved_model", result.output, "caption", {"image": np.array(contents)}),
+            ("saved_model", result.output, "encode", {"image": pixels}),
+            ("saved_model", result.output, "decoder_step", feeds),
+        ],
+    )
+    assert [caption.decode() for caption in actual["caption"]] == captions
+    assert len({len(caption.split()) for caption in captions}) > 1  # some end early
+    assert_close(actual_memory, memory)
+    assert_close(actual_step, expected_step)
+
+
+@pytest.mark.parametrize("format", ["tflite", "onnx"])
+def test_captioning_encoder_and_decoder_step(runs, format, tmp_path):
+    from rnnkit.export.clients import image_pixels
+
+    _, model, _, paths, captions = captioning_case(runs, tmp_path)
+    result = exported(runs("captioning"), format, tmp_path)
+    notes = result.description["notes"]
+    # The documented client: pixels from the image files.
+    pixels = image_pixels([str(path) for path in paths], notes["image_size"])
+    memory, feeds, expected_step = captioning_step_expectations(model, pixels)
+    actual_memory, actual_step = run_fresh(
+        tmp_path,
+        [
+            (format, artefact_path(result, "encoder"), "", {"image": pixels}),
+            (format, artefact_path(result, "decoder_step"), "", feeds),
+        ],
+    )
+    assert_close(actual_memory, memory)
+    assert_close(actual_step, expected_step)
+
+    # Greedy search with the two files, as a client runs it, captions as `predict`.
+    if format == "onnx":
+        import onnxruntime
+
+        from rnnkit.export.clients import run_onnx as call
+
+        encoder = onnxruntime.InferenceSession(str(artefact_path(result, "encoder")))
+        decoder = onnxruntime.InferenceSession(
+            str(artefact_path(result, "decoder_step"))
+        )
+    else:
+        from ai_edge_litert.interpreter import Interpreter
+
+        from rnnkit.export.clients import run_litert as call
+
+        encoder = Interpreter(model_path=str(artefact_path(result, "encoder")))
+        decoder = Interpreter(model_path=str(artefact_path(result, "decoder_step")))
+    tokens = greedy_decode(
+        lambda inputs: call(encoder, inputs),
+        lambda inputs: call(decoder, inputs),
+        {"image": pixels},
+        start_id=notes["start_id"],
+        end_id=notes["end_id"],
+        max_steps=notes["max_steps"],
+        suppress_ids=notes["suppress_ids"],
+    )
+    vocabulary = (result.output / "vocabulary.txt").read_text("utf-8").split("\n")
+    texts = []
+    for row in tokens.tolist():
+        row = row[: row.index(notes["end_id"])] if notes["end_id"] in row else row
+        texts.append(" ".join(vocabulary[i] for i in row if i != notes["pad_id"]))
+    assert texts == captions
+
+
+def test_captioning_mobilenet_encoder_converts_to_litert_builtins(tmp_path):
+    """A MobileNet encoder (depthwise convolutions, ReLU6), frozen as for a run on
+    cached features: the exported encoder still takes images and converts with
+    builtin ops only (`rnnkit.export.convert.to_tflite` allows no others)."""
+    from types import SimpleNamespace
+
+    from rnnkit_recipes.captioning.export import export_plan
+
+    from rnnkit.export import portable
+    from rnnkit.export.runtimes import run_tflite
+
+    recipe = registry.load("captioning")
+    config = recipe.Config().with_values(
+        {
+            "model.encoder": "mobilenet",
+            "model.encoder_alpha": 0.25,
+            "model.encoder_weights": "none",
+            "model.encoder_trainable": False,
+            "model.image_size": 64,
+            "model.units": 8,
+            "model.embedding_dim": 8,
+            "model.attention_units": 8,
+        }
+    )
+    tokens = ["", "<unk>", "<start>", "<end>", "a", "dog", "runs"]
+    model = recipe.build_model(
+        config, SimpleNamespace(vocabulary=tokens, encoder_weights=None)
+    )
+    plan = export_plan(model, config, "tflite")
+    assert [a.inputs[0].name for a in plan.artefacts] == ["image", "token"]
+    rng = np.random.default_rng(0)
+    pixels = rng.uniform(0, 255, (2, 64, 64, 3)).astype("float32")
+    encoder, decoder = plan.artefacts
+    memory = {k: np.asarray(v) for k, v in encoder.model({"image": pixels}).items()}
+    feeds = {**memory, "token": np.array([2, 5], "int32")}
+    feeds = {t.name: feeds[t.name] for t in decoder.inputs}
+    for artefact, inputs in ((encoder, {"image": pixels}), (decoder, feeds)):
+        expected = artefact.model(inputs)
+        outputs = run_tflite(portable.convert(artefact, "tflite"), inputs)
+        actual = dict(zip(sorted(expected), outputs, strict=True))
+        assert_close(actual, {k: np.asarray(v) for k, v in expected.items()})
