@@ -76,7 +76,7 @@ def to_tflite(model: Any, input_signature: Any = None, quantize: str = "none") -
         )
     import tensorflow as tf
 
-    with export_mode():
+    with export_mode("tflite"):
         function, what = _traced(model, input_signature)
     try:
         with _stderr_captured():
@@ -117,7 +117,7 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     import onnx
     import tf2onnx
 
-    with export_mode():
+    with export_mode("onnx"):
         function, what = _traced(model, input_signature)
         signature = function.structured_input_signature[0]
         _check_onnx_names(function, what)
