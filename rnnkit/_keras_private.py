@@ -34,7 +34,7 @@ Keras creates in `__init__` or `build`, fail at their first use with the same me
   metrics' variables; the multi-worker loop calls it under its strategy and, if a
   Keras release drops it (this returns None), logs the losses only.
 
-Private TensorFlow, in `TF_SYMBOLS`, is used by two functions, and resolved when
+Private TensorFlow, in `TF_SYMBOLS`, is used by three functions, and resolved when
 they are called, not on import, so this module does not import TensorFlow's
 internals for runs that need neither:
 
@@ -45,6 +45,9 @@ internals for runs that need neither:
   (`convert_variables_to_constants_v2`, what TensorFlow's own LiteRT converter and
   tf2onnx freeze with), so that a LiteRT file holds its weights and keeps the
   names of its signature.
+- `dynamic_update_slice`: TensorFlow's `XlaDynamicUpdateSlice` op, not in
+  `tf.raw_ops`, which the LiteRT converter turns into the builtin
+  DYNAMIC_UPDATE_SLICE (the export loop, `rnnkit.layers._export`).
 
 """
 
@@ -92,6 +95,8 @@ TF_SYMBOLS = (
         "tensorflow.python.framework.convert_to_constants",
         "convert_variables_to_constants_v2",
     ),
+    # `dynamic_update_slice`, for the LiteRT export loop (rnnkit/layers/_export.py).
+    ("tensorflow.compiler.tf2xla.python.xla", "dynamic_update_slice"),
 )
 
 
@@ -190,6 +195,13 @@ def freeze_function(function: Any) -> Any:
         "convert_variables_to_constants_v2",
     )
     return convert(function, lower_control_flow=False)
+
+
+def dynamic_update_slice(operand: Any, update: Any, start: Any) -> Any:
+    """`operand` with `update` written over it from index `start` (one index per
+    axis): TensorFlow's `XlaDynamicUpdateSlice` op."""
+    write = resolve("tensorflow.compiler.tf2xla.python.xla", "dynamic_update_slice")
+    return write(operand, update, start)
 
 
 def limit_cluster_registration(cluster: dict[str, list[str]], seconds: float) -> bool:

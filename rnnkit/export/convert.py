@@ -80,7 +80,7 @@ def to_tflite(model: Any, input_signature: Any = None, quantize: str = "none") -
         )
     import tensorflow as tf
 
-    with export_mode():
+    with export_mode("tflite"):
         function, what = _traced(model, input_signature)
     try:
         with _stderr_captured():
@@ -121,7 +121,7 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     import onnx
     import tf2onnx
 
-    with export_mode():
+    with export_mode("onnx"):
         function, what = _traced(model, input_signature)
         signature = function.structured_input_signature[0]
         # Frozen here, not by tf2onnx: it would keep captured tensors that are not

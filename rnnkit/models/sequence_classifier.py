@@ -177,8 +177,12 @@ class MaskedGlobalMaxPooling1D(keras.layers.Layer):
     def call(self, inputs, mask=None):
         if mask is None:
             return ops.max(inputs, axis=1)
-        mask = ops.cast(mask, "bool")[:, :, None]  # (batch, time, 1)
-        lowest = ops.full_like(inputs, float("-inf"))
+        # expand_dims, not [:, :, None]: LiteRT's STRIDED_SLICE takes no new axis
+        # of a boolean tensor.
+        mask = ops.expand_dims(ops.cast(mask, "bool"), -1)  # (batch, time, 1)
+        # Masked steps take the row's own minimum, not -inf: tf2onnx writes
+        # `where` as cond * x + (1 - cond) * y, and 0 * -inf is NaN.
+        lowest = ops.min(inputs, axis=1, keepdims=True)  # (batch, 1, features)
         maxima = ops.max(ops.where(mask, inputs, lowest), axis=1)  # (batch, features)
         has_steps = ops.any(mask, axis=1)  # (batch, 1)
         return ops.where(has_steps, maxima, ops.zeros_like(maxima))

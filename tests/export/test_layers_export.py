@@ -31,6 +31,7 @@ import keras  # noqa: E402
 
 import rnnkit.layers as layers  # noqa: E402
 from rnnkit.export import convert  # noqa: E402
+from rnnkit.models.sequence_classifier import MaskedGlobalMaxPooling1D  # noqa: E402
 from tests.sentiment_support import imdb_sample  # noqa: E402
 from tests.stock_support import msft_frame  # noqa: E402
 
@@ -173,6 +174,17 @@ CONFIGS = {
                 )(x)
             ),
             "bidirectional",
+        ),
+        "tokens",
+    ),
+    # The sentiment recipe's "max" pooling over masked steps: its -inf filler gave
+    # NaN in ONNX (tf2onnx writes `where` as arithmetic, and 0 * -inf is NaN).
+    "max_pooling_over_masked_gru": (
+        lambda: token_model(
+            lambda x: MaskedGlobalMaxPooling1D()(
+                keras.layers.Bidirectional(layers.GRU(3, return_sequences=True))(x)
+            ),
+            "max_pooling",
         ),
         "tokens",
     ),

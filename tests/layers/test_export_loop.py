@@ -50,12 +50,13 @@ def step_function(seed=0):
     return step
 
 
+@pytest.mark.parametrize("format", _export.FORMATS)
 @pytest.mark.parametrize(
     "masked, go_backwards, zero_output_for_mask, return_all_outputs",
     list(itertools.product([False, True], repeat=4)),
 )
 def test_export_loop_matches_keras_loop(
-    masked, go_backwards, zero_output_for_mask, return_all_outputs
+    masked, go_backwards, zero_output_for_mask, return_all_outputs, format
 ):
     rng = np.random.RandomState(1)
     sequences = rng.uniform(-1, 1, (BATCH, STEPS, FEATURES)).astype("float32")
@@ -67,11 +68,35 @@ def test_export_loop_matches_keras_loop(
         "return_all_outputs": return_all_outputs,
     }
     expected = keras_backend.rnn(step_function(), sequences, initial, **options)
-    actual = _export.rnn(step_function(), sequences, initial, UNITS, **options)
+    with _export.export_mode(format):
+        actual = _export.rnn(step_function(), sequences, initial, UNITS, **options)
     assert_close(actual[0], expected[0], 1e-6)
     assert_close(actual[1], expected[1], 1e-6)
     for state, want in zip(actual[2], expected[2], strict=True):
         assert_close(state, want, 1e-6)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5, 10, 17])
+def test_blocked_loop_covers_every_step(steps):
+    """LiteRT's loop runs blocks of ceil(sqrt(steps)) steps, the last one shorter
+    where the blocks do not divide the sequence."""
+    rng = np.random.RandomState(3)
+    sequences = rng.uniform(-1, 1, (BATCH, steps, FEATURES)).astype("float32")
+    mask = rng.uniform(size=(BATCH, steps)) < 0.7
+    initial = [rng.uniform(-1, 1, (BATCH, UNITS)).astype("float32") for _ in range(2)]
+    expected = keras_backend.rnn(step_function(), sequences, initial, mask=mask)
+    with _export.export_mode("tflite"):
+        actual = _export.rnn(step_function(), sequences, initial, UNITS, mask=mask)
+    for got, want in zip(
+        [*actual[:2], *actual[2]], [*expected[:2], *expected[2]], strict=True
+    ):
+        assert_close(got, want, 1e-6)
+
+
+def test_export_mode_takes_a_known_format():
+    with pytest.raises(ValueError, match="format"):
+        with _export.export_mode("coreml"):
+            pass
 
 
 def test_export_mode_is_a_scope():
