@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from rnnkit.config import ScheduledTrainConfig, TransformerModelConfig
 from rnnkit.recipe import (
     DataConfig,
     EvaluationConfig,
-    ModelConfig,
     RecipeConfig,
-    TrainConfig,
     field,
     section,
 )
@@ -61,7 +60,8 @@ class LanguageModelDataConfig(DataConfig):
 
 
 @dataclasses.dataclass
-class LanguageModelModelConfig(ModelConfig):
+class LanguageModelModelConfig(TransformerModelConfig):
+    # Declared again for help texts of this recipe's own.
     architecture: str = field(
         "rnn",
         help="rnn: stacked recurrent layers (cell_type, embedding_dim, units, "
@@ -70,6 +70,10 @@ class LanguageModelModelConfig(ModelConfig):
         "feedforward_dim, norm_first, positional_encoding). Both read num_layers, "
         "dropout, tie_weights and unigram_bias.",
         choices=("rnn", "transformer"),
+    )
+    norm_first: bool = field(
+        True,
+        help="Transformer: pre-norm blocks and a final LayerNorm (false: post-norm).",
     )
     cell_type: str = field("lstm", help="Recurrent cell.", choices=recurrent_names())
     embedding_dim: int = field(64, help="Size of the token embeddings.", at_least=1)
@@ -93,24 +97,6 @@ class LanguageModelModelConfig(ModelConfig):
         help="Uniform initialisation in [-init_scale, init_scale] of every weight "
         "(0: Keras defaults).",
         at_least=0.0,
-    )
-    model_dim: int = field(
-        256, help="Transformer: d, the size of embeddings and blocks.", at_least=1
-    )
-    num_heads: int = field(
-        8, help="Transformer: attention heads (must divide model_dim).", at_least=1
-    )
-    feedforward_dim: int = field(
-        1024, help="Transformer: inner size of the feed-forward sublayers.", at_least=1
-    )
-    norm_first: bool = field(
-        True,
-        help="Transformer: pre-norm blocks and a final LayerNorm (false: post-norm).",
-    )
-    positional_encoding: str = field(
-        "sinusoidal",
-        help="Transformer: fixed sinusoids or learned position embeddings.",
-        choices=("sinusoidal", "learned"),
     )
     unigram_bias: bool = field(
         True,
@@ -138,7 +124,15 @@ def carries_state(config) -> bool:
 
 
 @dataclasses.dataclass
-class LanguageModelTrainConfig(TrainConfig):
+class LanguageModelTrainConfig(ScheduledTrainConfig):
+    # Declared again: the constant rate here decays with lr_decay.
+    lr_schedule: str = field(
+        "constant",
+        help="constant: train.learning_rate (times lr_decay per epoch after "
+        "decay_after); noam: the Transformer paper's warm-up then 1/sqrt(step) "
+        "decay, peaking at train.learning_rate after train.warmup_steps steps.",
+        choices=("constant", "noam"),
+    )
     mode: str = field(
         "truncated",
         help="truncated: streams read in order, state carried across batches; "
@@ -155,16 +149,6 @@ class LanguageModelTrainConfig(TrainConfig):
     optimizer: str = field("adam", help="Optimizer.", choices=("adam", "sgd"))
     clipnorm: float = field(
         1.0, help="Clip the gradients' global norm to this (0: no clip).", at_least=0.0
-    )
-    lr_schedule: str = field(
-        "constant",
-        help="constant: train.learning_rate (times lr_decay per epoch after "
-        "decay_after); noam: the Transformer paper's warm-up then 1/sqrt(step) "
-        "decay, peaking at train.learning_rate after train.warmup_steps steps.",
-        choices=("constant", "noam"),
-    )
-    warmup_steps: int = field(
-        4000, help="noam: steps of the linear warm-up.", at_least=1
     )
     decay_after: int = field(
         0,

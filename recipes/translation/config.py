@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from rnnkit.config import ScheduledTrainConfig, TransformerModelConfig
 from rnnkit.data.parallel_text import ANKI_SPA_ENG_URL
 from rnnkit.recipe import (
     DataConfig,
     EvaluationConfig,
-    ModelConfig,
     RecipeConfig,
-    TrainConfig,
     field,
     section,
 )
@@ -107,7 +106,9 @@ class TranslationDataConfig(DataConfig):
 
 
 @dataclasses.dataclass
-class TranslationModelConfig(ModelConfig):
+class TranslationModelConfig(TransformerModelConfig):
+    # Declared again: the help names this recipe's fields; num_heads also serves the
+    # RNN's multihead attention.
     architecture: str = field(
         "rnn",
         help="rnn: the attentive RNN encoder-decoder (cell_type, embedding_dim, "
@@ -115,6 +116,22 @@ class TranslationModelConfig(ModelConfig):
         "(model_dim, num_heads, feedforward_dim, norm_first, ...). Both read "
         "encoder_layers, decoder_layers and dropout.",
         choices=("rnn", "transformer"),
+    )
+    num_heads: int = field(
+        4,
+        help="Heads of multihead attention, or of every Transformer block (must "
+        "divide model_dim).",
+        at_least=1,
+    )
+    max_positions: int = field(
+        512,
+        help="Transformer, learned positions: positions embedded (later ones share "
+        "the last).",
+        at_least=1,
+    )
+    tie_embeddings: bool = field(
+        True,
+        help="Transformer: the output projection is the transposed target embedding.",
     )
     cell_type: str = field("gru", help="Recurrent cell.", choices=recurrent_names())
     embedding_dim: int = field(128, help="Size of the token embeddings.", at_least=1)
@@ -136,12 +153,6 @@ class TranslationModelConfig(ModelConfig):
     attention_units: int | None = field(
         None, help="Size of the Bahdanau scoring layer (none: model.units).", at_least=1
     )
-    num_heads: int = field(
-        4,
-        help="Heads of multihead attention, or of every Transformer block (must "
-        "divide model_dim).",
-        at_least=1,
-    )
     dropout: float = field(
         0.2,
         help="Dropout on embeddings, between layers, output (Transformer: also on "
@@ -154,32 +165,6 @@ class TranslationModelConfig(ModelConfig):
     )
     reverse_source: bool = field(
         False, help="Read the source backwards (Sutskever et al. 2014)."
-    )
-    model_dim: int = field(
-        256, help="Transformer: d, the size of embeddings and blocks.", at_least=1
-    )
-    feedforward_dim: int = field(
-        1024, help="Transformer: inner size of the feed-forward sublayers.", at_least=1
-    )
-    norm_first: bool = field(
-        True,
-        help="Transformer: pre-norm blocks, x + f(LayerNorm(x)), and a final "
-        "LayerNorm (false: the paper's post-norm, LayerNorm(x + f(x))).",
-    )
-    positional_encoding: str = field(
-        "sinusoidal",
-        help="Transformer: fixed sinusoids or learned position embeddings.",
-        choices=("sinusoidal", "learned"),
-    )
-    max_positions: int = field(
-        512,
-        help="Transformer, learned positions: positions embedded (later ones share "
-        "the last).",
-        at_least=1,
-    )
-    tie_embeddings: bool = field(
-        True,
-        help="Transformer: the output projection is the transposed target embedding.",
     )
 
 
@@ -206,19 +191,9 @@ TRANSFORMER_MODEL_FIELDS = (
 
 
 @dataclasses.dataclass
-class TranslationTrainConfig(TrainConfig):
+class TranslationTrainConfig(ScheduledTrainConfig):
     clipnorm: float = field(
         1.0, help="Clip each gradient to this norm (0: no clip).", at_least=0.0
-    )
-    lr_schedule: str = field(
-        "constant",
-        help="constant: train.learning_rate throughout; noam: the Transformer "
-        "paper's warm-up then 1/sqrt(step) decay, peaking at train.learning_rate "
-        "after train.warmup_steps steps.",
-        choices=("constant", "noam"),
-    )
-    warmup_steps: int = field(
-        4000, help="noam: steps of the linear warm-up.", at_least=1
     )
     label_smoothing: float = field(
         0.0,

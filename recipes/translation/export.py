@@ -73,9 +73,7 @@ def export_plan(
     from rnnkit_recipes.translation.recipe import _saved_tokenizer
 
     from rnnkit.data.parallel_text import (
-        END_ID,
         PAD_ID,
-        START_ID,
         UNK_ID,
         SubwordVocabulary,
     )
@@ -94,7 +92,6 @@ def export_plan(
     tokenizer = _saved_tokenizer(model, config)
     subword = tokenizer == "subword"
     options = text_options(config)
-    evaluation = config.evaluation
     search = search_options(config)
     files = {
         "source_vocabulary.txt": "\n".join(model.source_tokens) + "\n",
@@ -108,13 +105,10 @@ def export_plan(
         "unicode_form": options.unicode_form,
         "lowercase": options.lowercase,
         "split_punctuation": options.split_punctuation,
-        "pad_id": PAD_ID,
         "unknown_id": UNK_ID,
-        "start_id": START_ID,
-        "end_id": END_ID,
-        "suppress_ids": [PAD_ID, START_ID],
-        "max_length_ratio": evaluation.max_length_ratio,
-        "max_length_offset": evaluation.max_length_offset,
+        # The special ids and length limits of the recipe's searches (start_id,
+        # end_id, pad_id, suppress_ids, max_length_ratio, max_length_offset).
+        **search,
     }
     plan = ExportPlan(recipe="translation", files=files, notes=notes)
 

@@ -20,6 +20,7 @@ from rnnkit.decoding.search import (
     _next_token_log_probs,
     _run,
     _Settings,
+    _settings,
     _time_slot,
     length_penalty,
 )
@@ -70,17 +71,17 @@ def beam_search(
         raise ValueError(
             f"length_penalty_alpha must be >= 0; received {length_penalty_alpha}"
         )
-    settings = _Settings(
-        start_id,
-        end_id,
-        pad_id,
-        tuple(suppress_ids),
-        float(max_length_ratio),
-        int(max_length_offset),
-        float(length_penalty_alpha),
-        beam_width,
-        n_best,
-        max_length,
+    settings = _settings(
+        start_id=start_id,
+        end_id=end_id,
+        pad_id=pad_id,
+        suppress_ids=suppress_ids,
+        max_length_ratio=max_length_ratio,
+        max_length_offset=max_length_offset,
+        length_penalty_alpha=length_penalty_alpha,
+        beam_width=beam_width,
+        n_best=n_best,
+        max_length=max_length,
     )
     return _run(model, source_ids, settings, _beam)
 

@@ -18,6 +18,7 @@ from rnnkit.decoding.search import (
     _next_token_log_probs,
     _run,
     _Settings,
+    _settings,
     _time_slot,
     length_penalty,
 )
@@ -57,57 +58,38 @@ def greedy_search(
     Returns:
         A `SearchResult` with `n_best = 1`.
     """
-    settings = _Settings(
-        start_id,
-        end_id,
-        pad_id,
-        tuple(suppress_ids),
-        float(max_length_ratio),
-        int(max_length_offset),
-        float(length_penalty_alpha),
-        beam_width=1,
-        n_best=1,
+    settings = _settings(
+        start_id=start_id,
+        end_id=end_id,
+        pad_id=pad_id,
+        suppress_ids=suppress_ids,
+        max_length_ratio=max_length_ratio,
+        max_length_offset=max_length_offset,
+        length_penalty_alpha=length_penalty_alpha,
         max_length=max_length,
     )
     return _run(model, source_ids, settings, _greedy)
 
 
-def greedy_loop(
-    model: keras.Model,
-    source: Any,
-    *,
-    start_id: int,
-    end_id: int,
-    pad_id: int = 0,
-    suppress_ids: Sequence[int] = (),
-    max_length_ratio: float = 1.5,
-    max_length_offset: int = 10,
-    max_length: int | None = None,
-) -> dict[str, Any]:
+def greedy_loop(model: keras.Model, source: Any, **options: Any) -> dict[str, Any]:
     """Greedy search as tensors, to be traced into a graph of your own (the
     SavedModels of `rnnkit export` run it inside a signature).
 
     The same loop as `greedy_search`, without its compilation cache and without
     converting the result to numpy: call it inside a `tf.function` (or `jax.jit`).
-    The arguments are `greedy_search`'s; `source` is a tensor.
+
+    Args:
+        model: as for `greedy_search`.
+        source: the source ids (or features, with `max_length`), a tensor.
+        **options: `greedy_search`'s keyword arguments, `start_id` and `end_id`
+            required.
 
     Returns:
         A dict of tensors: "tokens" `(batch, 1, max_steps)`, "lengths" and
-        "log_probs" `(batch, 1)`, "attention" `(batch, max_steps, source_length)`.
+        "log_probs" `(batch, 1)`, "scores" `(batch, 1)` (the log probabilities
+        over the length penalty), "attention" `(batch, max_steps, source_length)`.
     """
-    settings = _Settings(
-        start_id,
-        end_id,
-        pad_id,
-        tuple(suppress_ids),
-        float(max_length_ratio),
-        int(max_length_offset),
-        0.0,
-        beam_width=1,
-        n_best=1,
-        max_length=max_length,
-    )
-    return _greedy(model, source, settings)
+    return _greedy(model, source, _settings(**options))
 
 
 def _greedy(model, source_ids, settings: _Settings):

@@ -50,7 +50,7 @@ import dataclasses
 import inspect
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -107,6 +107,35 @@ class _Settings:
     beam_width: int
     n_best: int
     max_length: int | None = None
+
+
+def _settings(
+    *,
+    start_id: int,
+    end_id: int,
+    pad_id: int = 0,
+    suppress_ids: Sequence[int] = (),
+    max_length_ratio: float = 1.5,
+    max_length_offset: int = 10,
+    length_penalty_alpha: float = 0.0,
+    beam_width: int = 1,
+    n_best: int = 1,
+    max_length: int | None = None,
+) -> _Settings:
+    """The `_Settings` of the searches' keyword arguments (their names and defaults):
+    one place for `greedy_search`, `greedy_loop` and `beam_search`."""
+    return _Settings(
+        start_id,
+        end_id,
+        pad_id,
+        tuple(suppress_ids),
+        float(max_length_ratio),
+        int(max_length_offset),
+        float(length_penalty_alpha),
+        beam_width,
+        n_best,
+        max_length,
+    )
 
 
 def _run(model, source_ids, settings: _Settings, loop: Callable) -> SearchResult:

@@ -24,8 +24,6 @@ through `encode`, `initial_decoder_state` and `decode_step`, the interface that
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import keras
 from keras import ops
 
@@ -39,25 +37,13 @@ from rnnkit.models._recurrent import (
     recurrent_layer_class,
     states_per_cell,
 )
+from rnnkit.models._vocabularies import SourceTargetVocabularies
 
 ATTENTION_TYPES = ("none", "bahdanau", "dot", "multihead")
 
 
-def _vocabulary(name, value):
-    """(size, tokens or None) from a token list or a vocabulary size."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return positive_int(name, value), None
-    if isinstance(value, Sequence) and not isinstance(value, str) and value:
-        tokens = [str(token) for token in value]
-        return len(tokens), tokens
-    raise ValueError(
-        f"Argument `{name}` must be a vocabulary size or a non-empty list of "
-        f"tokens, received {name}={value!r:.80}."
-    )
-
-
 @keras.saving.register_keras_serializable(package="rnnkit")
-class EncoderDecoder(keras.Model):
+class EncoderDecoder(SourceTargetVocabularies, keras.Model):
     """Sequence-to-sequence model: RNN encoder, attentive RNN decoder.
 
     Id 0 is padding in both languages. The vocabularies, when given as token lists,
@@ -126,12 +112,7 @@ class EncoderDecoder(keras.Model):
         seed=None,
         **kwargs,
     ):
-        self.source_vocabulary_size, self.source_tokens = _vocabulary(
-            "source_vocabulary", source_vocabulary
-        )
-        self.target_vocabulary_size, self.target_tokens = _vocabulary(
-            "target_vocabulary", target_vocabulary
-        )
+        self._set_vocabularies(source_vocabulary, target_vocabulary)
         self.embedding_dim = positive_int("embedding_dim", embedding_dim)
         self.units = positive_int("units", units)
         layer_class = recurrent_layer_class(cell_type)
@@ -259,8 +240,7 @@ class EncoderDecoder(keras.Model):
 
     def get_config(self):
         config = {
-            "source_vocabulary": self.source_tokens or self.source_vocabulary_size,
-            "target_vocabulary": self.target_tokens or self.target_vocabulary_size,
+            **self._vocabulary_config(),
             "embedding_dim": self.embedding_dim,
             "units": self.units,
             "cell_type": self.cell_type,

@@ -27,11 +27,11 @@ from keras import ops
 from rnnkit import layers as rnnkit_layers
 from rnnkit.models import _transformer
 from rnnkit.models._arguments import positive_int
-from rnnkit.models.encoder_decoder import _vocabulary
+from rnnkit.models._vocabularies import SourceTargetVocabularies
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
-class TransformerEncoderDecoder(keras.Model):
+class TransformerEncoderDecoder(SourceTargetVocabularies, keras.Model):
     """Sequence-to-sequence Transformer: encoder blocks, causal decoder blocks.
 
     Id 0 is padding in both languages. The vocabularies, when given as token lists,
@@ -99,12 +99,7 @@ class TransformerEncoderDecoder(keras.Model):
         seed=None,
         **kwargs,
     ):
-        self.source_vocabulary_size, self.source_tokens = _vocabulary(
-            "source_vocabulary", source_vocabulary
-        )
-        self.target_vocabulary_size, self.target_tokens = _vocabulary(
-            "target_vocabulary", target_vocabulary
-        )
+        self._set_vocabularies(source_vocabulary, target_vocabulary)
         _transformer.check_heads(model_dim, num_heads)
         self.model_dim = model_dim
         self.num_heads = num_heads
@@ -189,8 +184,7 @@ class TransformerEncoderDecoder(keras.Model):
         return {
             "name": base["name"],
             "trainable": base["trainable"],
-            "source_vocabulary": self.source_tokens or self.source_vocabulary_size,
-            "target_vocabulary": self.target_tokens or self.target_vocabulary_size,
+            **self._vocabulary_config(),
             "model_dim": self.model_dim,
             "num_heads": self.num_heads,
             "feedforward_dim": self.feedforward_dim,

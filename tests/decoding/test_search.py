@@ -88,6 +88,26 @@ def test_beam_width_one_is_greedy(attention, alpha):
     np.testing.assert_allclose(beam.attention, greedy.attention, atol=1e-6)
 
 
+def test_greedy_loop_traced_is_greedy_search():
+    import tensorflow as tf
+
+    model = tiny_model(target_vocabulary=9)
+    kwargs = search_kwargs(max_length_ratio=1.5, length_penalty_alpha=0.7)
+    greedy = decoding.greedy_search(model, SOURCE, **kwargs)
+    loop = tf.function(
+        lambda source: decoding.greedy_loop(model, source, **kwargs),
+        input_signature=[tf.TensorSpec([None, None], "int32")],  # as in a SavedModel
+    )
+    traced = {key: value.numpy() for key, value in loop(SOURCE.astype("int32")).items()}
+    np.testing.assert_array_equal(traced["tokens"], greedy.tokens)
+    np.testing.assert_array_equal(traced["lengths"], greedy.lengths)
+    np.testing.assert_allclose(traced["log_probs"], greedy.log_probs, rtol=1e-5)
+    np.testing.assert_allclose(traced["scores"], greedy.scores, rtol=1e-5)
+    np.testing.assert_allclose(traced["attention"], greedy.attention, atol=1e-6)
+    with pytest.raises(TypeError, match="max_lenght"):
+        decoding.greedy_loop(model, SOURCE, max_lenght=3, **kwargs)
+
+
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_full_beam_finds_the_exhaustive_ranking(alpha):
     """With room for every hypothesis, beam search is exhaustive search."""
