@@ -244,9 +244,12 @@ def saved_model_callable(path: Path, artefact):
     except ImportError:
         pass
     loaded = tf.saved_model.load(str(path))
-    wanted = {t.name for t in artefact.inputs}
+    # By names and dtypes: captioning's `caption` takes encoded images named "image"
+    # too, its `encode` the pixels.
+    wanted = {(t.name, t.dtype) for t in artefact.inputs}
     for name, function in loaded.signatures.items():
-        names = set(function.structured_input_signature[1])
+        specs = function.structured_input_signature[1]
+        names = {(key, spec.dtype.name) for key, spec in specs.items()}
         if name != "serving_default" and names == wanted:
 
             def call(inputs, function=function, loaded=loaded):

@@ -85,7 +85,7 @@ def export_plan(
         files={"vocabulary.txt": "\n".join(model.tokens) + "\n"},
         notes=notes,
     )
-    image = Tensor("image", "float32", (None, size, size, 3), PIXELS)
+    image = Tensor("image", "float32", (None, size, size, 3), PIXELS, (0.0, 255.0))
     encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
         model, image, ops.zeros((1, size, size, 3))
     )

@@ -26,12 +26,16 @@ QUANTIZE = ("none", "dynamic", "float16")
 @dataclasses.dataclass(frozen=True)
 class Tensor:
     """A named input or output: its dtype, its shape (None = any size) and what it
-    holds, for export.json and the docs."""
+    holds, for export.json and the docs. `probe`: for a float input, the (low, high)
+    range of the values it takes (e.g. pixel levels 0-255), drawn uniformly for the
+    probe batch that checks a conversion (`rnnkit.export.portable.check`); None:
+    values around zero."""
 
     name: str
     dtype: str
     shape: tuple[int | None, ...]
     doc: str = ""
+    probe: tuple[float, float] | None = None
 
     def spec(self):
         """The `tf.TensorSpec` of this tensor."""

@@ -67,7 +67,9 @@ TOLERANCE = {"none": 1e-4, "float16": 0.05, "dynamic": 0.25}
 
 def probe_inputs(artefact: Artefact, seed: int = 0) -> dict:
     """A small batch for `artefact`: batch 2, length 5 where a size is free; token
-    ids and other integers 1, floats from a seeded normal distribution."""
+    ids and other integers 1, floats from a seeded normal distribution, or uniform
+    over the input's `probe` range where it declares one (an image's pixel levels:
+    a near-black image would check a quantized CNN where it is never used)."""
     import numpy as np
 
     generator = np.random.default_rng(seed)
@@ -78,7 +80,10 @@ def probe_inputs(artefact: Artefact, seed: int = 0) -> dict:
             for axis, size in enumerate(tensor.shape)
         ]
         dtype = np.dtype(tensor.dtype)
-        if dtype.kind == "f":
+        if dtype.kind == "f" and tensor.probe is not None:
+            low, high = tensor.probe
+            inputs[tensor.name] = generator.uniform(low, high, shape).astype(dtype)
+        elif dtype.kind == "f":
             inputs[tensor.name] = (0.5 * generator.standard_normal(shape)).astype(dtype)
         elif dtype.kind == "b":
             inputs[tensor.name] = np.ones(shape, bool)

@@ -107,3 +107,22 @@ def test_a_conversion_that_changes_the_numbers_is_refused():
     check(mine, "onnx", convert(mine, "onnx"), "none")  # its own file passes
     with pytest.raises(ExportError, match="does not reproduce the Keras model"):
         check(mine, "onnx", convert(other, "onnx"), "none")
+
+
+def test_the_probe_batch_takes_the_values_an_input_declares():
+    """An input that declares its range (an image's pixel levels) is probed with
+    values spread over it; others with values around zero, integers with ones."""
+    from rnnkit.export.plan import Artefact, Tensor
+    from rnnkit.export.portable import probe_inputs
+
+    inputs = [
+        Tensor("image", "float32", (None, 4, 4, 3), probe=(0.0, 255.0)),
+        Tensor("x", "float32", (None, None, 2)),
+        Tensor("ids", "int32", (None, None)),
+    ]
+    probe = probe_inputs(Artefact("m", None, inputs, []))
+    image = probe["image"]
+    assert image.shape == (2, 4, 4, 3) and image.dtype == np.float32
+    assert image.min() >= 0 and image.max() <= 255 and image.std() > 50
+    assert probe["x"].shape == (2, 5, 2) and np.abs(probe["x"]).max() < 5
+    assert np.array_equal(probe["ids"], np.ones((2, 5), "int32"))
