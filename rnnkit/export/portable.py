@@ -121,9 +121,19 @@ def check(artefact: Artefact, format: str, data: bytes, quantize: str) -> None:
             worst = max(worst, float(np.max(np.abs(want - have))))
     if len(got) != len(expected) or worst > TOLERANCE[quantize] * scale:
         name = {"tflite": "LiteRT", "onnx": "ONNX"}[format]
+        if quantize == "none":
+            fix = (
+                "export this run with --format saved_model (or the other portable "
+                "format)"
+            )
+        else:
+            fix = (
+                f"its weights do not survive --quantize {quantize}; use "
+                + ("--quantize float16 or " if quantize == "dynamic" else "")
+                + "--quantize none"
+            )
         raise ExportError(
             f"the {name} conversion of {artefact.name!r} does not reproduce the Keras "
-            f"model on a probe batch (largest difference {worst:.3g}), so it was not "
-            "written; export this run with --format saved_model (or the other "
-            "portable format)"
+            f"model on a probe batch (largest difference {worst:.3g}, allowed "
+            f"{TOLERANCE[quantize] * scale:.3g}), so it was not written; {fix}"
         )

@@ -107,6 +107,9 @@ def test_a_conversion_that_changes_the_numbers_is_refused():
     check(mine, "onnx", convert(mine, "onnx"), "none")  # its own file passes
     with pytest.raises(ExportError, match="does not reproduce the Keras model"):
         check(mine, "onnx", convert(other, "onnx"), "none")
+    # A quantized file that moves too far names the milder quantizations.
+    with pytest.raises(ExportError, match="use --quantize float16 or --quantize none"):
+        check(mine, "tflite", convert(other, "tflite", "dynamic"), "dynamic")
 
 
 def test_the_probe_batch_takes_the_values_an_input_declares():
