@@ -57,10 +57,13 @@ def export_plan(
     from rnnkit_recipes.captioning.decode import search_options
 
     from rnnkit.decoding import greedy_loop
-    from rnnkit.export import Artefact, Endpoint, ExportError, ExportPlan, Tensor
+    from rnnkit.export import Endpoint, ExportError, ExportPlan, Tensor
     from rnnkit.export.images import squashed_pixels
-    from rnnkit.export.signature import SignatureModel
-    from rnnkit.export.steps import decoder_signatures
+    from rnnkit.export.steps import (
+        decoder_signatures,
+        encoder_decoder_artefacts,
+        encoder_decoder_endpoints,
+    )
     from rnnkit.export.text import generated_tokens
 
     if model.tokens is None:
@@ -86,9 +89,7 @@ def export_plan(
         notes=notes,
     )
     image = Tensor("image", "float32", (None, size, size, 3), PIXELS, (0.0, 255.0))
-    encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
-        model, image, ops.zeros((1, size, size, 3))
-    )
+    signatures = decoder_signatures(model, image, ops.zeros((1, size, size, 3)))
 
     if format == "saved_model":
         tokens = tf.constant(list(model.tokens))
@@ -112,26 +113,12 @@ def export_plan(
                 ],
                 "encoded images in, greedy captions out",
             ),
-            Endpoint("encode", encode, e_in, e_out, "the CNN encoder"),
-            Endpoint("decoder_step", step, s_in, s_out, "one decoder step"),
+            *encoder_decoder_endpoints(signatures, "the CNN encoder"),
         ]
         plan.track = [model]
         return plan
 
-    plan.artefacts = [
-        Artefact(
-            "encoder",
-            SignatureModel(encode, [model], name="encoder"),
-            e_in,
-            e_out,
-            "pixels in, the decoder's memory and first state out",
-        ),
-        Artefact(
-            "decoder_step",
-            SignatureModel(step, [model], name="decoder_step"),
-            s_in,
-            s_out,
-            "the previous token, state and memory in; logits and next state out",
-        ),
-    ]
+    plan.artefacts = encoder_decoder_artefacts(
+        model, signatures, "pixels in, the decoder's memory and first state out"
+    )
     return plan

@@ -78,9 +78,12 @@ def export_plan(
         SubwordVocabulary,
     )
     from rnnkit.decoding import greedy_loop
-    from rnnkit.export import Artefact, Endpoint, ExportError, ExportPlan, Tensor
-    from rnnkit.export.signature import SignatureModel
-    from rnnkit.export.steps import decoder_signatures
+    from rnnkit.export import Endpoint, ExportError, ExportPlan, Tensor
+    from rnnkit.export.steps import (
+        decoder_signatures,
+        encoder_decoder_artefacts,
+        encoder_decoder_endpoints,
+    )
     from rnnkit.export.text import GraphVocabulary, words
 
     if model.source_tokens is None or model.target_tokens is None:
@@ -143,7 +146,7 @@ def export_plan(
         source_spec = Tensor(
             "source_ids", "int32", (None, None), "source token ids, right-padded"
         )
-        encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
+        signatures = decoder_signatures(
             model, source_spec, ops.ones((1, 3), "int32"), decode_length(search)
         )
         plan.endpoints = [
@@ -157,8 +160,7 @@ def export_plan(
                 ],
                 "source sentences in, greedy translations out",
             ),
-            Endpoint("encode", encode, e_in, e_out, "the encoder"),
-            Endpoint("decoder_step", step, s_in, s_out, "one decoder step"),
+            *encoder_decoder_endpoints(signatures, "the encoder"),
         ]
         plan.track = [model, *source.resources(), *target.resources()]
         return plan
@@ -170,29 +172,16 @@ def export_plan(
         (None, length),
         "source token ids, right-padded with 0 to this length",
     )
-    encode, e_in, e_out, step, s_in, s_out = decoder_signatures(
+    signatures = decoder_signatures(
         model, source_spec, ops.ones((1, length), "int32"), decode_length(search)
     )
     plan.notes["source_length"] = length
     if transformer:
         plan.notes["max_steps"] = decode_length(search)(ops.ones((1, length)))
         plan.notes["decoder_state"] = TRANSFORMER_STATE
-    plan.artefacts = [
-        Artefact(
-            "encoder",
-            SignatureModel(encode, [model], name="encoder"),
-            e_in,
-            e_out,
-            "source ids in, the decoder's memory and first state out",
-        ),
-        Artefact(
-            "decoder_step",
-            SignatureModel(step, [model], name="decoder_step"),
-            s_in,
-            s_out,
-            "the previous token, state and memory in; logits and next state out",
-        ),
-    ]
+    plan.artefacts = encoder_decoder_artefacts(
+        model, signatures, "source ids in, the decoder's memory and first state out"
+    )
     return plan
 
 

@@ -9,7 +9,8 @@
   a model with the decoding interface of `rnnkit.decoding` (`EncoderDecoder`,
   `ImageCaptioner`, `TransformerEncoderDecoder`, whose state is its key/value
   cache, fixed-size, and the next position), so a client can run greedy or beam
-  search.
+  search; `encoder_decoder_endpoints` and `encoder_decoder_artefacts` make the
+  SavedModel endpoints and the LiteRT / ONNX files of those two.
 
 Each returns `(function, inputs, outputs)` (`decoder_signatures` one for the encoder
 and one for the step): a TensorFlow-traceable function of named tensors and the
@@ -361,3 +362,41 @@ def decoder_signatures(
         example,
     )
     return encode, [source], encoder_outputs, step, step_inputs, step_outputs
+
+
+def encoder_decoder_endpoints(signatures: tuple, encoder_doc: str) -> list:
+    """The SavedModel's `encode` and `decoder_step` endpoints from
+    `decoder_signatures`' six values (a recipe adds its end-to-end one first)."""
+    from rnnkit.export.plan import Endpoint
+
+    encode, e_in, e_out, step, s_in, s_out = signatures
+    return [
+        Endpoint("encode", encode, e_in, e_out, encoder_doc),
+        Endpoint("decoder_step", step, s_in, s_out, "one decoder step"),
+    ]
+
+
+def encoder_decoder_artefacts(model, signatures: tuple, encoder_doc: str) -> list:
+    """The LiteRT / ONNX files `encoder` and `decoder_step` from
+    `decoder_signatures`' six values: a client runs its own greedy or beam search
+    over them (`rnnkit.export.clients.greedy_decode`)."""
+    from rnnkit.export.plan import Artefact
+    from rnnkit.export.signature import SignatureModel
+
+    encode, e_in, e_out, step, s_in, s_out = signatures
+    return [
+        Artefact(
+            "encoder",
+            SignatureModel(encode, [model], name="encoder"),
+            e_in,
+            e_out,
+            encoder_doc,
+        ),
+        Artefact(
+            "decoder_step",
+            SignatureModel(step, [model], name="decoder_step"),
+            s_in,
+            s_out,
+            "the previous token, state and memory in; logits and next state out",
+        ),
+    ]
