@@ -51,6 +51,32 @@ def artefact_path(result, name="model"):
     return result.output / result.description["models"][name]["file"]
 
 
+def encoder_and_step(result, format):
+    """The exported encoder and decoder step as a client calls them (LiteRT's
+    interpreter or onnxruntime, in this process): two functions of named arrays."""
+    if format == "onnx":
+        import onnxruntime
+
+        from rnnkit.export.clients import run_onnx as call
+
+        def load(path):
+            return onnxruntime.InferenceSession(str(path))
+    else:
+        from ai_edge_litert.interpreter import Interpreter
+
+        from rnnkit.export.clients import run_litert as call
+
+        def load(path):
+            return Interpreter(model_path=str(path))
+
+    encoder = load(artefact_path(result, "encoder"))
+    decoder = load(artefact_path(result, "decoder_step"))
+    return (
+        lambda inputs: call(encoder, inputs),
+        lambda inputs: call(decoder, inputs),
+    )
+
+
 @pytest.mark.parametrize("format", FORMATS)
 def test_stock_forecast(runs, format, tmp_path):
     recipe, config, model = runner.load_run(runs("stock"), registry.load)
@@ -318,26 +344,7 @@ def test_translation_encoder_and_decoder_step(runs, run, format, tmp_path):
     assert_close(step_out, expected_step)
 
     # The documented client: greedy search with the two files, against Keras'.
-    if format == "onnx":
-        import onnxruntime
-
-        from rnnkit.export.clients import run_onnx as call
-
-        encoder = onnxruntime.InferenceSession(str(artefact_path(result, "encoder")))
-        decoder = onnxruntime.InferenceSession(
-            str(artefact_path(result, "decoder_step"))
-        )
-        run_encoder = lambda inputs: call(encoder, inputs)  # noqa: E731
-        run_step = lambda inputs: call(decoder, inputs)  # noqa: E731
-    else:
-        from ai_edge_litert.interpreter import Interpreter
-
-        from rnnkit.export.clients import run_litert as call
-
-        encoder = Interpreter(model_path=str(artefact_path(result, "encoder")))
-        decoder = Interpreter(model_path=str(artefact_path(result, "decoder_step")))
-        run_encoder = lambda inputs: call(encoder, inputs)  # noqa: E731
-        run_step = lambda inputs: call(decoder, inputs)  # noqa: E731
+    run_encoder, run_step = encoder_and_step(result, format)
     assert notes.get("max_steps", 20) >= 20  # a Transformer's cache positions
     tokens = greedy_decode(
         run_encoder,
@@ -484,25 +491,10 @@ def test_captioning_encoder_and_decoder_step(runs, format, tmp_path):
     assert_close(actual_step, expected_step)
 
     # Greedy search with the two files, as a client runs it, captions as `predict`.
-    if format == "onnx":
-        import onnxruntime
-
-        from rnnkit.export.clients import run_onnx as call
-
-        encoder = onnxruntime.InferenceSession(str(artefact_path(result, "encoder")))
-        decoder = onnxruntime.InferenceSession(
-            str(artefact_path(result, "decoder_step"))
-        )
-    else:
-        from ai_edge_litert.interpreter import Interpreter
-
-        from rnnkit.export.clients import run_litert as call
-
-        encoder = Interpreter(model_path=str(artefact_path(result, "encoder")))
-        decoder = Interpreter(model_path=str(artefact_path(result, "decoder_step")))
+    run_encoder, run_step = encoder_and_step(result, format)
     tokens = greedy_decode(
-        lambda inputs: call(encoder, inputs),
-        lambda inputs: call(decoder, inputs),
+        run_encoder,
+        run_step,
         {"image": pixels},
         start_id=notes["start_id"],
         end_id=notes["end_id"],
