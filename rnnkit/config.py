@@ -338,6 +338,17 @@ class TransformerModelConfig(ModelConfig):
         choices=("sinusoidal", "learned"),
     )
 
+    @staticmethod
+    def search_sizes(hp) -> dict:
+        """The Transformer's sizes for a recipe's `search_space` (Keras Tuner
+        hyperparameters `hp`): {"model.model_dim": ..., "model.num_heads": ...,
+        "model.feedforward_dim": ...}; the recipe adds its depth and dropout."""
+        return {
+            "model.model_dim": hp.Choice("model_dim", [128, 256, 512]),
+            "model.num_heads": hp.Choice("num_heads", [4, 8]),
+            "model.feedforward_dim": hp.Choice("feedforward_dim", [512, 1024, 2048]),
+        }
+
 
 @dataclasses.dataclass
 class ScheduledTrainConfig(TrainConfig):

@@ -51,6 +51,7 @@ from rnnkit_recipes.language_model.config import (
     carries_state,
 )
 
+from rnnkit.config import TransformerModelConfig
 from rnnkit.recipe import (
     ConfigError,
     Metrics,
@@ -189,11 +190,7 @@ class LanguageModelRecipe(Recipe):
         if config.model.architecture == "transformer":
             return config.with_values(
                 {
-                    "model.model_dim": hp.Choice("model_dim", [128, 256, 512]),
-                    "model.num_heads": hp.Choice("num_heads", [4, 8]),
-                    "model.feedforward_dim": hp.Choice(
-                        "feedforward_dim", [512, 1024, 2048]
-                    ),
+                    **TransformerModelConfig.search_sizes(hp),
                     "model.num_layers": hp.Int("num_layers", 2, 6, step=2),
                     "model.dropout": hp.Choice("dropout", [0.0, 0.1, 0.2]),
                     "train.learning_rate": hp.Float(

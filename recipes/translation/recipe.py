@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rnnkit_recipes.translation.config import TranslationConfig
 
+from rnnkit.config import TransformerModelConfig
 from rnnkit.recipe import (
     ConfigError,
     Metrics,
@@ -114,11 +115,7 @@ class TranslationRecipe(Recipe):
         if config.model.architecture == "transformer":
             return config.with_values(
                 {
-                    "model.model_dim": hp.Choice("model_dim", [128, 256, 512]),
-                    "model.num_heads": hp.Choice("num_heads", [4, 8]),
-                    "model.feedforward_dim": hp.Choice(
-                        "feedforward_dim", [512, 1024, 2048]
-                    ),
+                    **TransformerModelConfig.search_sizes(hp),
                     "model.encoder_layers": hp.Int("encoder_layers", 2, 6, step=2),
                     "model.decoder_layers": hp.Int("decoder_layers", 2, 6, step=2),
                     "model.dropout": hp.Choice("dropout", [0.1, 0.2, 0.3]),
