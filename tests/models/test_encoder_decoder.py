@@ -1,17 +1,18 @@
 """Tests for rnnkit.models.EncoderDecoder."""
 
-import subprocess
-import sys
-import textwrap
-
 import keras
 import numpy as np
 import pytest
 
 from rnnkit.models.encoder_decoder import EncoderDecoder
-
-SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 0, 0, 0]])
-TARGET_IN = np.array([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
+from tests.models.encoder_decoder_support import (
+    SOURCE,
+    SOURCE_TOKENS,
+    TARGET_IN,
+    TARGET_TOKENS,
+    assert_reloads_in_a_fresh_process,
+    logits_of,
+)
 
 
 def tiny_model(seed=1, **kwargs):
@@ -20,10 +21,6 @@ def tiny_model(seed=1, **kwargs):
     model = EncoderDecoder(20, 12, **{**arguments, **kwargs})
     model.build()
     return model
-
-
-def logits_of(model, source=SOURCE, target_in=TARGET_IN):
-    return keras.ops.convert_to_numpy(model({"source": source, "target_in": target_in}))
 
 
 def stepwise_logits(model, source=SOURCE, target_in=TARGET_IN):
@@ -94,30 +91,12 @@ def test_reverse_source_reads_the_tokens_backwards():
 
 
 def test_saved_model_keeps_vocabularies_and_outputs(tmp_path):
-    source_tokens = ["", "[UNK]"] + [f"s{i}" for i in range(18)]
-    target_tokens = ["", "[UNK]", "[START]", "[END]"] + [f"t{i}" for i in range(8)]
     keras.utils.set_random_seed(4)
     model = EncoderDecoder(
-        source_tokens, target_tokens, embedding_dim=6, units=8, attention="dot"
+        SOURCE_TOKENS, TARGET_TOKENS, embedding_dim=6, units=8, attention="dot"
     )
     model.build()
-    path = tmp_path / "model.keras"
-    model.save(path)
-    script = textwrap.dedent(
-        f"""
-        import keras, numpy as np
-        import rnnkit.models.encoder_decoder  # registers the class
-        model = keras.saving.load_model({str(path)!r}, safe_mode=True)
-        assert model.target_tokens[3] == "[END]" and len(model.source_tokens) == 20
-        logits = model({{"source": np.array({SOURCE.tolist()}),
-                        "target_in": np.array({TARGET_IN.tolist()})}})
-        np.save({str(tmp_path / "logits.npy")!r}, keras.ops.convert_to_numpy(logits))
-        """
-    )
-    subprocess.run([sys.executable, "-c", script], check=True)
-    np.testing.assert_allclose(
-        np.load(tmp_path / "logits.npy"), logits_of(model), atol=1e-6
-    )
+    assert_reloads_in_a_fresh_process(model, tmp_path)
 
 
 def test_a_few_steps_of_training_reduce_the_loss():

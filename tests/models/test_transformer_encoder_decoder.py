@@ -1,18 +1,19 @@
 """Tests for rnnkit.models.TransformerEncoderDecoder (the cached decoding against full
 recomputation is in tests/decoding/test_transformer_cache.py)."""
 
-import subprocess
-import sys
-import textwrap
-
 import keras
 import numpy as np
 import pytest
 
 from rnnkit.models.transformer_encoder_decoder import TransformerEncoderDecoder
-
-SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 0, 0, 0]])
-TARGET_IN = np.array([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
+from tests.models.encoder_decoder_support import (
+    SOURCE,
+    SOURCE_TOKENS,
+    TARGET_IN,
+    TARGET_TOKENS,
+    assert_reloads_in_a_fresh_process,
+    logits_of,
+)
 
 
 def tiny_model(seed=1, **kwargs):
@@ -21,10 +22,6 @@ def tiny_model(seed=1, **kwargs):
     model = TransformerEncoderDecoder(20, 12, **{**arguments, **kwargs})
     model.build()
     return model
-
-
-def logits_of(model, source=SOURCE, target_in=TARGET_IN):
-    return keras.ops.convert_to_numpy(model({"source": source, "target_in": target_in}))
 
 
 @pytest.mark.parametrize(
@@ -65,31 +62,13 @@ def test_tied_embeddings_share_the_output_weights():
 
 
 def test_saved_model_keeps_vocabularies_and_outputs(tmp_path):
-    source_tokens = ["", "[UNK]"] + [f"s{i}" for i in range(18)]
-    target_tokens = ["", "[UNK]", "[START]", "[END]"] + [f"t{i}" for i in range(8)]
     keras.utils.set_random_seed(4)
     model = TransformerEncoderDecoder(
-        source_tokens, target_tokens, model_dim=16, num_heads=2, feedforward_dim=32,
+        SOURCE_TOKENS, TARGET_TOKENS, model_dim=16, num_heads=2, feedforward_dim=32,
         positional_encoding="learned", max_positions=64,
     )  # fmt: skip
     model.build()
-    path = tmp_path / "model.keras"
-    model.save(path)
-    script = textwrap.dedent(
-        f"""
-        import keras, numpy as np
-        import rnnkit.models  # registers the classes
-        model = keras.saving.load_model({str(path)!r}, safe_mode=True)
-        assert model.target_tokens[3] == "[END]" and len(model.source_tokens) == 20
-        logits = model({{"source": np.array({SOURCE.tolist()}),
-                        "target_in": np.array({TARGET_IN.tolist()})}})
-        np.save({str(tmp_path / "logits.npy")!r}, keras.ops.convert_to_numpy(logits))
-        """
-    )
-    subprocess.run([sys.executable, "-c", script], check=True)
-    np.testing.assert_allclose(
-        np.load(tmp_path / "logits.npy"), logits_of(model), atol=1e-6
-    )
+    assert_reloads_in_a_fresh_process(model, tmp_path)
 
 
 def test_a_few_steps_of_training_reduce_the_loss():
