@@ -327,19 +327,25 @@ def write_coco_splits(tmp_path, folder, extra_test=()):
     }
 
 
+def run_on_coco_splits(tmp_path, images, keys):
+    """`rnnkit run captioning` (smoke config) on the COCO split files
+    `write_coco_splits` wrote into `tmp_path`, with the images in `images`."""
+    return invoke(
+        "run", "captioning", "--config", str(SMOKE_CONFIG),
+        "--run-dir", str(tmp_path / "run"),
+        "--set", f"data.path={tmp_path / 'captions_{split}.json'}",
+        "--set", f"data.images={images}",
+        *(f"--set={key}={value}" for key, value in keys.items()),
+    )  # fmt: skip
+
+
 def test_coco_split_files_sharing_an_image_are_a_one_line_error(tmp_path):
     folder = write_flickr_folder(
         tmp_path / "flickr", counts=(4, 2, 2), missing=(0, 0, 0)
     )
     train = (folder / "Flickr_8k.trainImages.txt").read_text().split()
     keys = write_coco_splits(tmp_path, folder, extra_test=train[:2])
-    result = invoke(
-        "run", "captioning", "--config", str(SMOKE_CONFIG),
-        "--run-dir", str(tmp_path / "run"),
-        "--set", f"data.path={tmp_path / 'captions_{split}.json'}",
-        "--set", f"data.images={folder / 'Images'}",
-        *(f"--set={key}={value}" for key, value in keys.items()),
-    )  # fmt: skip
+    result = run_on_coco_splits(tmp_path, folder / "Images", keys)
     line = error_line(result)
     assert "the COCO annotation files of the splits share 2 image(s)" in line
     assert f"e.g. {train[0]} in both {tmp_path / 'captions_tr.json'} and " in line
@@ -373,13 +379,7 @@ def test_coco_splits_sharing_image_bytes_under_two_names_are_a_one_line_error(
     # The same bytes in the test file: a leak, named by both files.
     (images / "test_copy.jpg").write_bytes((images / train[1]).read_bytes())
     add_coco_image(tmp_path / "captions_te.json", "test_copy.jpg", "a leak")
-    result = invoke(
-        "run", "captioning", "--config", str(SMOKE_CONFIG),
-        "--run-dir", str(tmp_path / "run"),
-        "--set", f"data.path={tmp_path / 'captions_{split}.json'}",
-        "--set", f"data.images={images}",
-        *(f"--set={key}={value}" for key, value in keys.items()),
-    )  # fmt: skip
+    result = run_on_coco_splits(tmp_path, images, keys)
     line = error_line(result)
     where = images.resolve()
     assert (
