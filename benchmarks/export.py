@@ -366,8 +366,7 @@ def in_batches(call, inputs: dict, size: int = 64) -> dict:
     return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
 
-def stock_metric(calls, recipe, config, model, limit):
-    data = recipe.load_data(config)
+def stock_metric(calls, data, plan, config, model, limit):
     split = data.splits["test"]
     closes = data.prices["close"].to_numpy()
     horizon = model.output_shape[-1]
@@ -380,10 +379,10 @@ def stock_metric(calls, recipe, config, model, limit):
     return "test RMSE (USD)", float(np.sqrt(np.mean((predicted - actual) ** 2)))
 
 
-def sentiment_metric(calls, recipe, config, model, limit):
+def sentiment_metric(calls, data, plan, config, model, limit):
     from rnnkit.export.clients import sentiment_token_ids
 
-    test = recipe.load_data(config).text.test
+    test = data.text.test
     # Evenly spaced reviews: the file lists the positive ones first.
     rows = np.unique(np.linspace(0, len(test) - 1, min(limit, len(test))).astype(int))
     texts, labels = test.texts[rows], test.labels[rows]
@@ -401,14 +400,13 @@ def sentiment_metric(calls, recipe, config, model, limit):
     return f"test accuracy ({len(rows)} reviews)", accuracy
 
 
-def language_model_metric(calls, recipe, config, model, limit):
-    data = recipe.load_data(config).with_vocabulary(model.tokens)
+def language_model_metric(calls, data, plan, config, model, limit):
+    data = data.with_vocabulary(model.tokens)
     ids = data.test_ids
     streams = config.evaluation.batch_size
     length = (len(ids) - 1) // streams
     inputs = ids[: streams * length].reshape(streams, length)
     targets = ids[1 : streams * length + 1].reshape(streams, length)
-    plan = recipe.export_plan(model, config, "tflite")
     (artefact,) = plan.artefacts
     state = {
         t.name: np.zeros((streams, t.shape[1]), "float32") for t in artefact.inputs[1:]
@@ -425,7 +423,7 @@ def language_model_metric(calls, recipe, config, model, limit):
     return f"test perplexity ({targets.size} tokens)", perplexity
 
 
-def translation_metric(calls, recipe, config, model, limit):
+def translation_metric(calls, data, plan, config, model, limit):
     import sacrebleu
     from rnnkit_recipes.translation.decode import (
         bleu_reference,
@@ -437,7 +435,6 @@ def translation_metric(calls, recipe, config, model, limit):
     from rnnkit.data.parallel_text import UNK_ID
     from rnnkit.export.clients import greedy_decode
 
-    data = recipe.load_data(config)
     pairs = data.test_pairs[:limit]
     length = config.data.max_length or 50
     options = search_options(config)
@@ -470,13 +467,12 @@ def translation_metric(calls, recipe, config, model, limit):
     return f"test BLEU, greedy ({len(pairs)} pairs)", score
 
 
-def captioning_metric(calls, recipe, config, model, limit):
+def captioning_metric(calls, data, plan, config, model, limit):
     from rnnkit_recipes.captioning.baselines import bleu_scores
     from rnnkit_recipes.captioning.decode import search_options, words
 
     from rnnkit.export.clients import greedy_decode
 
-    data = recipe.load_data(config)
     test = data.splits["test"]
     rows = range(min(limit, len(test.names)))
     # The recipe's own pixels of each test image (decoded and squashed by Pillow),
@@ -517,8 +513,11 @@ def metric_row(name, run_dir, files, limit) -> str:
     if name not in METRICS:
         return f"| {name} | (no metric in this benchmark yet) | | | | |"
     plan = recipe.export_plan(model, config, "tflite")
+    # Read once: each runtime's metric is computed on the same test data.
+    data = recipe.load_data(config)
+    case = (data, plan, config, model, limit)
     keras_calls = {a.name: keras_callables(a)["Keras model(x)"] for a in plan.artefacts}
-    label, reference = METRICS[name](keras_calls, recipe, config, model, limit)
+    label, reference = METRICS[name](keras_calls, *case)
     cells = [f"{reference:.4g}"]
     for quantize in ("none", "dynamic", "float16"):
         if not isinstance(files["tflite", quantize], Path):
@@ -528,7 +527,7 @@ def metric_row(name, run_dir, files, limit) -> str:
             a.name: litert_callable(files["tflite", quantize] / f"{a.name}.tflite")
             for a in plan.artefacts
         }
-        _, value = METRICS[name](calls, recipe, config, model, limit)
+        _, value = METRICS[name](calls, *case)
         cells.append(f"{value:.4g} ({value - reference:+.2g})")
         print(f"  {name} {label}: LiteRT {quantize} {value:.4g}", flush=True)
     return f"| {name} | {label} | {' | '.join(cells)} |"
