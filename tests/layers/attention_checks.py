@@ -11,7 +11,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from tests.layers.recurrent_checks import assert_close, check_reloads_in_fresh_process
+from tests.layers.recurrent_checks import (
+    assert_close,
+    check_reloads_in_fresh_process,
+    torch_leaf,
+)
 
 BATCH, QUERY_STEPS, VALUE_STEPS = 2, 3, 5
 GRADIENT_TOLERANCE = 1e-4
@@ -128,12 +132,10 @@ def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
     elif keras.backend.backend() == "torch":
         import torch
 
-        tensors = {
-            name: torch.tensor(a, requires_grad=True) for name, a in inputs.items()
-        }
+        tensors = {name: torch_leaf(a) for name, a in inputs.items()}
         output = _first(layer(**tensors, **call_kwargs))
         loss = torch.sum(
-            output.float() * torch.from_numpy(np.asarray(cotangent, "float32"))
+            output.float() * keras.ops.convert_to_tensor(cotangent, "float32")
         )
         gradients = torch.autograd.grad(
             loss,

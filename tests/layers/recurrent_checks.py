@@ -7,6 +7,7 @@ come from `tf.GradientTape`, `jax.grad` on the layer's stateless call, or
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -17,7 +18,20 @@ import keras
 import numpy as np
 
 BATCH, STEPS, FEATURES, UNITS = 3, 6, 5, 4
-TOLERANCE = 1e-5
+
+
+def _on_cudnn() -> bool:
+    """Whether the PyTorch backend runs the layers' kernels through cuDNN (a GPU)."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# cuDNN's float32 recurrent kernels are accurate to about 2e-5 of the values against
+# float64 (outputs and gradients, measured on an H200), a CPU's float32 to 1e-7.
+TOLERANCE = 1e-4 if _on_cudnn() else 1e-5
 
 
 @dataclass
@@ -88,10 +102,10 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
     elif keras.backend.backend() == "torch":
         import torch
 
-        x = torch.tensor(inputs, requires_grad=True)
+        x = torch_leaf(inputs)
         outputs = as_list(layer(x, **call_kwargs))
         loss = sum(
-            torch.sum(o.float() * torch.from_numpy(w))
+            torch.sum(o.float() * keras.ops.convert_to_tensor(w))
             for o, w in zip(outputs, output_weights, strict=True)
         )
         *weight_grads, input_grad = torch.autograd.grad(
@@ -119,16 +133,32 @@ def outputs_and_gradients(layer, inputs, output_weights=None, **call_kwargs):
     )
 
 
+def torch_leaf(array, requires_grad=True):
+    """`array` as a PyTorch tensor on the device Keras computes on (a GPU where one
+    is visible), a leaf that autograd differentiates; `torch.tensor(array)` would
+    stay on the CPU beside weights on the GPU."""
+    return keras.ops.convert_to_tensor(array).requires_grad_(requires_grad)
+
+
 def _to_numpy(value):
-    # A torch tensor that takes part in autograd refuses np.asarray.
-    return np.asarray(value.detach() if hasattr(value, "detach") else value)
+    # Through Keras: a PyTorch tensor in autograd or on a GPU refuses np.asarray.
+    return keras.ops.convert_to_numpy(value)
 
 
 def assert_close(actual, expected, tolerance=TOLERANCE, what=""):
+    """Equal within `tolerance` times the larger of 1 and the reference's largest
+    magnitude. A weight gradient sums products over batch and time; summed in another
+    order (cuDNN on a GPU) its float32 value moves with its size (on an H200 the
+    input kernels' gradients moved by 1e-5 to 7e-5)."""
     actual, expected = _to_numpy(actual), _to_numpy(expected)
     assert actual.shape == expected.shape, f"{what}: {actual.shape} != {expected.shape}"
-    difference = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
-    assert difference <= tolerance, f"{what}: max abs diff {difference:.2e}"
+    if not actual.size:
+        return
+    difference = float(np.max(np.abs(actual - expected)))
+    size = float(np.max(np.abs(expected)))
+    assert difference <= tolerance * max(1.0, size), (
+        f"{what}: max abs diff {difference:.2e} on values up to {size:.2g}"
+    )
 
 
 def same_weights_pair(layer_cls, first, second, inputs, **options):
@@ -170,7 +200,7 @@ def check_parity_with_keras(
     if mask_kind:
         call_kwargs["mask"] = padding_mask(mask_kind)
     ours = family.layer(UNITS, **options)
-    builtin = family.keras_layer(UNITS, **options)
+    builtin = family.keras_layer(UNITS, **_keras_reference_options(family, options))
     ours(x, **call_kwargs)
     builtin(x, **call_kwargs)
     for source, target in ((builtin, ours), (ours, builtin)):
@@ -189,6 +219,21 @@ def check_parity_with_keras(
         ):
             assert_close(a, b, what=f"gradient of {variable.path}")
         assert_close(dx_a, dx_b, what="gradient of the inputs")
+
+
+def _keras_reference_options(family: Family, options: dict) -> dict:
+    """The built-in's options. One exception: Keras 3.15's cuDNN LSTM on JAX (a GPU
+    visible; keras-team/keras#22399) returns a `go_backwards` layer's sequence
+    flipped back into input order, unlike Keras' own loop and its TensorFlow backend
+    (found on an H200: 0.44 apart, equal once flipped), so there the reference is
+    Keras' loop (`use_cudnn=False`)."""
+    if (
+        keras.backend.backend() == "jax"
+        and options.get("go_backwards")
+        and "use_cudnn" in inspect.signature(family.keras_layer).parameters
+    ):
+        return {"use_cudnn": False, **options}
+    return options
 
 
 def layer_weights(layer):

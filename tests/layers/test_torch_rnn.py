@@ -35,19 +35,20 @@ CASES = {
 def _gradients(layer, x, mask, initial, output_weights):
     import torch
 
-    inputs = torch.tensor(x, requires_grad=True)
-    states = [torch.tensor(s, requires_grad=True) for s in initial]
-    kwargs = {"mask": None if mask is None else torch.tensor(mask)}
+    inputs = checks.torch_leaf(x)
+    states = [checks.torch_leaf(s) for s in initial]
+    kwargs = {"mask": None if mask is None else keras.ops.convert_to_tensor(mask)}
     if states:
         kwargs["initial_state"] = states
     outputs = checks.as_list(layer(inputs, **kwargs))
     loss = sum(
-        (o * torch.tensor(w)).sum()
+        (o * keras.ops.convert_to_tensor(w)).sum()
         for o, w in zip(outputs, output_weights, strict=True)
     )
     sources = [v.value for v in layer.trainable_variables] + [inputs, *states]
     gradients = torch.autograd.grad(loss, sources)
-    return [o.detach().numpy() for o in outputs], [g.numpy() for g in gradients]
+    to_numpy = keras.ops.convert_to_numpy
+    return [to_numpy(o) for o in outputs], [to_numpy(g) for g in gradients]
 
 
 @pytest.mark.parametrize("name", LAYERS)
