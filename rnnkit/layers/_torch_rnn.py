@@ -26,8 +26,10 @@ KERNELS = {
 
 def params(kernel, recurrent_kernel, input_bias=None, recurrent_bias=None):
     """ATen's weight list from Keras' (inputs, gates * units) kernels: transposed,
-    with a zero recurrent bias where the cell has one bias only."""
-    weights = [kernel.T, recurrent_kernel.T]
+    with a zero recurrent bias where the cell has one bias only. Each is contiguous:
+    on a GPU cuDNN views the weights into one flat buffer, which a transposed view
+    refuses ("view size is not compatible with input tensor's size and stride")."""
+    weights = [kernel.T.contiguous(), recurrent_kernel.T.contiguous()]
     if input_bias is not None:
         if recurrent_bias is None:
             recurrent_bias = torch.zeros_like(input_bias)
@@ -63,6 +65,11 @@ def run(
     loop, and as cuDNN always gives them: `Bidirectional` asks for zeros)."""
     function = KERNELS[kind]
     has_biases = len(weights) == 4
+    # The kernels' `train` flag: with dropout 0 it changes no number, but cuDNN keeps
+    # what its backward pass needs only in training mode and refuses gradients
+    # otherwise ("cudnn RNN backward can only be called in training mode"), so a
+    # gradient taken outside `fit` (diagnostics, saliency, a custom loop) asks for it.
+    train = bool(training) or _gradients_wanted(sequences, *states, *weights)
     if go_backwards:
         sequences = torch.flip(sequences, dims=(1,))
     hidden = [state.unsqueeze(0) for state in states]  # (layers=1, batch, units)
@@ -70,7 +77,7 @@ def run(
         initial = tuple(hidden) if kind == "lstm" else hidden[0]
         with _weights_compacted_per_call():
             outputs, *final = function(
-                sequences, initial, weights, has_biases, 1, 0.0, training, False, True
+                sequences, initial, weights, has_biases, 1, 0.0, train, False, True
             )
         final = [state[0] for state in final]
     else:
@@ -89,7 +96,7 @@ def run(
                 has_biases,
                 1,
                 0.0,
-                training,
+                train,
                 False,
             )
         outputs, _ = rnn_utils.pad_packed_sequence(
@@ -109,6 +116,11 @@ def run(
     if not return_sequences:
         outputs = last.unsqueeze(1)
     return last, outputs, final
+
+
+def _gradients_wanted(*tensors) -> bool:
+    """Whether autograd records this call: a backward pass may follow."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 @contextlib.contextmanager

@@ -92,6 +92,47 @@ def test_pytorch_kernel_equals_the_layers_own_loop(name, case):
 
 
 @pytest.mark.parametrize("name", LAYERS)
+def test_the_kernels_weights_are_contiguous(name):
+    """On a GPU cuDNN views the weights into one flat buffer and refuses a transposed
+    view ("view size is not compatible with input tensor's size and stride": every
+    call failed on an H200). The CPU kernel takes views, so the layout is checked."""
+    layer_cls, _ = LAYERS[name]
+    layer = layer_cls(checks.UNITS)
+    layer(checks.random_inputs(3))
+    weights = layer._torch_weights()
+    assert weights and all(w.is_contiguous() for w in weights)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_gradient_outside_fit_runs_the_kernel_in_training_mode(name, monkeypatch):
+    """cuDNN refuses the backward pass of a kernel call made with train=False ("cudnn
+    RNN backward can only be called in training mode": every gradient taken outside
+    `fit` failed on an H200). The CPU kernel does not check, so the flag is recorded:
+    set whenever autograd records the call, clear under `torch.no_grad()`."""
+    import torch
+
+    from rnnkit.layers import _torch_rnn
+
+    layer_cls, _ = LAYERS[name]
+    layer = layer_cls(checks.UNITS)
+    x = checks.random_inputs(3)
+    layer(x)
+    kind = layer._torch_kernel()
+    kernel, seen = _torch_rnn.KERNELS[kind], []
+
+    def recording(*args):
+        seen.append(args[6])  # `train`, after input, hx, params, has_biases, layers, p
+        return kernel(*args)
+
+    monkeypatch.setitem(_torch_rnn.KERNELS, kind, recording)
+    layer(checks.torch_leaf(x), training=False)
+    with torch.no_grad():
+        layer(x, training=False)
+    layer(x, training=True)
+    assert seen == [True, False, True]
+
+
+@pytest.mark.parametrize("name", LAYERS)
 @pytest.mark.parametrize(
     "options, mask_kind, reason",
     [
