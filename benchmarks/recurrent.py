@@ -91,7 +91,7 @@ def torch_model(family, units):
             outputs, _ = self.rnn(x)
             return self.head(outputs[:, -1])
 
-    model = Model()
+    model = Model().to(torch_device())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def train(x, y):
@@ -99,12 +99,43 @@ def torch_model(family, units):
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
+        return loss.item()  # waits for the GPU, as train_on_batch does
 
     def infer(x):
         with torch.inference_mode():
-            return model(x)
+            return model(x).cpu()  # the results on the host, as predict_on_batch
 
     return train, infer
+
+
+def torch_device():
+    """Where torch.nn's models run: the GPU when PyTorch sees one (as Keras' PyTorch
+    backend places its own), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def accelerator_line() -> str:
+    """The GPU the backend computes on, or "none"."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    if backend == "jax":
+        import jax
+
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        return gpus[0].device_kind if gpus else "none"
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return (
+        tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+        if gpus
+        else "none"
+    )
 
 
 def build(make_layer, bidirectional=False, precision="float32"):
@@ -206,7 +237,8 @@ def run_config(
         import torch
 
         train, infer = torch_model(family, units)
-        tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+        tx = torch.from_numpy(x).to(torch_device())
+        ty = torch.from_numpy(y).to(torch_device())
         steps["torch"] = (lambda: train(tx, ty), lambda: infer(tx))
     # Trace and warm up every one; a layer sets `execution_path` when a step is traced.
     # The first call's time is the tracing (and XLA's compilation) plus one step.
@@ -283,7 +315,7 @@ def main():
 
         torch.set_num_threads(os.cpu_count())
     peak = matmul_peak()
-    print(f"CPU: {cpu_line()}")
+    print(f"CPU: {cpu_line()}; GPU: {accelerator_line()}")
     print(
         f"keras {keras.__version__}, backend {keras.backend.backend()}, "
         f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
