@@ -17,8 +17,9 @@ in all, the CPU, and whether the target is met. The data are the local copies in
 `--architectures rnn,transformer` trains the LSTM of ptb_small.toml and the
 Transformer of ptb_transformer.toml on the same data (the first architecture's data
 section is applied to the others) and prints, side by side: test perplexity,
-parameters, training minutes to the epoch with the best validation loss, and
-tokens generated per second by sampling (the LSTM one stream step by step, the
+parameters, the epochs trained, the epoch whose weights were tested (the best
+validation loss with early stopping, else the last) and the training minutes to it,
+and tokens generated per second by sampling (the LSTM one stream step by step, the
 Transformer through its key/value cache).
 
     python benchmarks/language_model_ptb.py --architectures rnn,transformer
@@ -159,7 +160,9 @@ def compare(recipe, architectures, overrides) -> None:
         print(format_table(result.metrics["test"]))
         with (Path(result.run_dir) / "history.csv").open() as handle:
             losses = [float(row["val_loss"]) for row in csv.DictReader(handle)]
-        best = losses.index(min(losses))
+        # The model tested: with early stopping the best epoch's weights (restored),
+        # without it (the LSTM's fixed schedule) the last epoch's.
+        best = losses.index(min(losses)) if config.train.patience > 0 else None
         model = runner.load_model(Path(result.run_dir) / "model.keras")
         sample = config.with_values({"evaluation.length": 20, "evaluation.seed": 1})
         recipe.predict(model, ["the"], sample)  # compiles
@@ -170,14 +173,19 @@ def compare(recipe, architectures, overrides) -> None:
         rows[name] = {
             "test perplexity": result.metrics["test"]["model"]["perplexity"],
             "parameters": model.count_params(),
-            "min to best val": sum(timer.seconds[: best + 1]) / 60,
+            "epochs trained": len(timer.seconds),
+            "tested epoch": len(timer.seconds) if best is None else best + 1,
+            "min to tested": sum(timer.seconds[: None if best is None else best + 1])
+            / 60,
             "sampled tokens/s": length / (time.perf_counter() - started),
         }
     print(f"\nside by side (one run each; CPU: {cpu_line()}):")
     print(f"  {'':<18}" + "".join(f"{name:>14}" for name in rows))
     for key in next(iter(rows.values())):
         cells = [rows[name][key] for name in rows]
-        spec = ",.0f" if key == "parameters" else ".2f"
+        spec = (
+            ",.0f" if key in ("parameters", "epochs trained", "tested epoch") else ".2f"
+        )
         print(f"  {key:<18}" + "".join(f"{format(c, spec):>14}" for c in cells))
 
 
