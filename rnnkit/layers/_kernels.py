@@ -77,20 +77,19 @@ def loop_in_float32(layer) -> bool:
 def fused_blockers(layer, cudnn: bool = True) -> list[str]:
     """Reasons no fused kernel can run `layer`: cuDNN on TensorFlow (a GPU visible;
     `cudnn=False` for a cell cuDNN has no kernel for), PyTorch's own kernels on
-    PyTorch (CPU or GPU; `_torch_rnn`)."""
+    PyTorch (CPU or GPU, any compute dtype: `run_torch`)."""
     cell = layer.cell
     reasons = []
     backend = keras.backend.backend()
-    if backend == "torch":
-        pass  # any compute dtype: the kernel runs in float32 (`run_torch`)
-    elif not cudnn:
-        return [f"{type(layer).__name__} has no cuDNN kernel"]
-    elif backend != "tensorflow":
-        reasons.append(f"backend is {backend}")
-    elif not keras_backend.cudnn_ok(
-        keras.activations.tanh, keras.activations.sigmoid, False, True
-    ):
-        reasons.append("no GPU visible")
+    if backend != "torch":
+        if not cudnn:
+            return [f"{type(layer).__name__} has no cuDNN kernel"]
+        if backend != "tensorflow":
+            reasons.append(f"backend is {backend}")
+        elif not keras_backend.cudnn_ok(
+            keras.activations.tanh, keras.activations.sigmoid, False, True
+        ):
+            reasons.append("no GPU visible")
     if activation_name(cell.activation) not in layer._fused_activations():
         reasons.append(f"activation={activation_name(cell.activation)}")
     if layer.unroll:
@@ -118,9 +117,9 @@ def run_torch(layer, sequences, initial_state, mask, training):
     """The fused path on the PyTorch backend: PyTorch's kernel, with the input
     dropout mask of the whole sequence applied first (as for cuDNN). It runs in
     float32 whatever the compute dtype (the variables are float32 under a mixed
-    policy), and gives its outputs back in the compute dtype: under mixed_bfloat16
-    on an H200 the layer's own loop, the alternative, ran at 0.06-0.09x of Keras'
-    LSTM (docs/performance.md)."""
+    policy) and gives its outputs back in the compute dtype, as the layer's own loop
+    does on a CPU under mixed_bfloat16; that loop, op by op, is far slower on a GPU
+    (docs/performance.md, "On a GPU")."""
     from rnnkit.layers import _torch_rnn
 
     input_mask, _ = layer.cell.dropout_masks(
