@@ -89,6 +89,18 @@ def test_calibrate_times_both_loops_and_caches_each_choice():
     assert len(entry["measurements"]) == 4
 
 
+def test_the_choice_follows_the_recorded_ratio_at_the_threshold(monkeypatch):
+    """A raw ratio of 1.02996 is recorded as 1.03; the choice must read "compile" as
+    the recorded ratio says (it read "plain" once in CI: `False == (1.03 >= 1.03)`)."""
+    medians = iter([102.996, 100.0])  # the XLA loop's sequences/s, then the plain's
+    monkeypatch.setattr(calibration.statistics, "median", lambda rates: next(medians))
+    found = calibration.measure(
+        "GRU", 6, 8, "inference", batch=4, features=3, rounds=1, round_seconds=0.001
+    )
+    assert found.ratio == 1 + calibration.MIN_GAIN
+    assert found.compile
+
+
 def test_a_new_measurement_replaces_the_same_slot_and_keeps_the_others():
     first = measured(GRU, "training", 6, 8, True)
     other = measured(LSTM, "inference", 6, 8, False)
