@@ -194,7 +194,17 @@ def workdirs(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("example", shell_examples(), ids=example_id)
+@pytest.mark.parametrize(
+    "example",
+    [
+        # A page's commands build on each other in one folder: one worker runs them
+        # all, in order (`--dist loadgroup`, setup.cfg). Split across workers, a
+        # command found no file its page had written before it.
+        pytest.param(example, marks=pytest.mark.xdist_group(example[0].name))
+        for example in shell_examples()
+    ],
+    ids=example_id,
+)
 def test_docs_shell_commands_run(example, workdirs, monkeypatch):
     page, block = example
     run_shell_block(block, workdirs(page), monkeypatch)
