@@ -441,11 +441,15 @@ def check_reloads_in_fresh_process(model, inputs, path, policy="float32"):
 
 
 # Largest difference from the float32 layer allowed under each mixed policy, for the
-# outputs (absolute: they lie in [-1, 1]) and for the gradients (relative to the largest
-# float32 gradient), over 40 steps. bfloat16 keeps 8 significant bits, float16 11.
+# outputs (absolute: they lie in [-1, 1]), for the gradients (relative to the largest
+# float32 gradient), over 40 steps, and for the weights after one SGD(0.1) step.
+# bfloat16 keeps 8 significant bits, float16 11. A bias gradient sums 120 terms (batch
+# x time) that partly cancel, so its error is large next to its value: for the LSTM on
+# JAX under bfloat16, over 100 initialisations, the bias gradient's error reached
+# 0.076 of its largest entry (5 % of them above 0.044), the kernels' at most 0.032.
 MIXED_TOLERANCES = {
-    "mixed_float16": {"outputs": 1e-2, "gradients": 1e-2},
-    "mixed_bfloat16": {"outputs": 4e-2, "gradients": 4e-2},
+    "mixed_float16": {"outputs": 1e-2, "gradients": 1e-2, "weights": 2e-3},
+    "mixed_bfloat16": {"outputs": 4e-2, "gradients": 8e-2, "weights": 8e-3},
 }
 
 
@@ -456,6 +460,9 @@ def check_mixed_precision(family: Family, policy: str):
     training step's loss and updated weights stay close to the float32 model's."""
     tolerance = MIXED_TOLERANCES[policy]
     compute_dtype = policy.removeprefix("mixed_")
+    # The initial weights are drawn from a fixed seed: the figures do not depend on
+    # which tests ran before in the same process.
+    keras.utils.set_random_seed(0)
     x = random_inputs(6, steps=40)
     mask = padding_mask("right", steps=40)
     y = np.random.RandomState(7).randn(BATCH, 1).astype("float32")
@@ -526,7 +533,7 @@ def check_mixed_precision(family: Family, policy: str):
             model.get_weights(), float_weights, strict=True
         ):
             np.testing.assert_allclose(
-                updated, expected_weight, atol=tolerance["gradients"] / 5
+                updated, expected_weight, atol=tolerance["weights"]
             )
     finally:
         keras.config.set_dtype_policy(previous)
