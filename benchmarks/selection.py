@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 LEDGER = "selection.json"
+# The settings key under which a benchmark records each candidate's config.
+CANDIDATE_CONFIGS = "configs"
 
 
 def kept_epoch(history: Sequence[Mapping[str, float]], monitor: str = "val_loss"):
@@ -56,6 +58,34 @@ def _record(out: Path, ledger: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
+def _compatible(recorded: Mapping[str, Any], settings: Mapping[str, Any]) -> bool:
+    """Whether runs recorded under `recorded` may be compared with runs made under
+    `settings`: the same settings, except that `configs` (one config per candidate,
+    where a benchmark records them) may name candidates the ledger has not seen. A
+    candidate recorded with another config than it has now is never compatible."""
+    if recorded.keys() != settings.keys():
+        return False
+    for key, value in settings.items():
+        if key == CANDIDATE_CONFIGS and isinstance(value, Mapping):
+            common = recorded[key].keys() & value.keys()
+            if any(recorded[key][name] != value[name] for name in common):
+                return False
+        elif recorded[key] != value:
+            return False
+    return True
+
+
+def _merged(recorded: Mapping[str, Any], settings: Mapping[str, Any]) -> dict:
+    """`settings` with the candidate configs of both (see `_compatible`)."""
+    merged = dict(settings)
+    if isinstance(settings.get(CANDIDATE_CONFIGS), Mapping):
+        merged[CANDIDATE_CONFIGS] = {
+            **recorded[CANDIDATE_CONFIGS],
+            **settings[CANDIDATE_CONFIGS],
+        }
+    return merged
+
+
 def select_then_seeds(
     candidates: Mapping[str, Mapping[str, Any]],
     train: Callable[[str, Mapping[str, Any], int, Path], dict[str, Any]],
@@ -69,19 +99,22 @@ def select_then_seeds(
 
     `train(name, overrides, seed, run_dir)` trains one run and returns a JSON-able dict
     with at least `validation` (a dict holding `criterion`) and `test` (a dict).
-    `settings` (JSON-able: the base config the candidates override) is recorded; a
-    ledger recorded with other settings is refused, so runs made with different data
-    or epochs are never compared.
+    `settings` (JSON-able: the base config the candidates override, or under
+    `configs` each candidate's config) is recorded; a ledger recorded with other
+    settings is refused, so runs made with different data or epochs are never
+    compared. A later call may add candidates: each trains with the first seed and
+    joins the comparison (the choice is then made among the candidates of that call).
     """
     out.mkdir(parents=True, exist_ok=True)
     ledger = _ledger(out)
     settings = json.loads(json.dumps(settings or {}, sort_keys=True))
-    if ledger.get("settings", settings) != settings:
+    recorded = ledger.get("settings", settings)
+    if not _compatible(recorded, settings):
         raise SystemExit(
             f"{out / LEDGER} was recorded with other settings (config, --limit, "
             "--epochs or --set); choose another --out"
         )
-    ledger["settings"] = settings
+    ledger["settings"] = _merged(recorded, settings)
     runs = ledger.setdefault("runs", {})
 
     def one(name: str, seed: int) -> dict[str, Any]:
