@@ -24,10 +24,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from recurrent import BATCH, FEATURES, build, time_call  # noqa: E402
-from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 from timing import cpu_line  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
+from rnnkit import _keras_private  # noqa: E402
 
 # Ops that only wrap others (the step function, the loop): their time is their body's.
 WRAPPERS = {"While", "StatefulPartitionedCall", "PartitionedCall", "Run", "Process"}
@@ -35,8 +35,8 @@ WRAPPERS = {"While", "StatefulPartitionedCall", "PartitionedCall", "Run", "Proce
 
 def op_times(logdir: str) -> tuple[collections.Counter, collections.Counter]:
     """(milliseconds, calls) per TensorFlow op type in the profile under `logdir`."""
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(next(Path(logdir).rglob("*.xplane.pb")).read_bytes())
+    profile = next(Path(logdir).rglob("*.xplane.pb"))
+    space = _keras_private.read_profile(profile.read_bytes())
     milliseconds, calls = collections.Counter(), collections.Counter()
     for plane in space.planes:
         if plane.name != "/host:CPU":

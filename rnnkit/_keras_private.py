@@ -34,7 +34,7 @@ Keras creates in `__init__` or `build`, fail at their first use with the same me
   metrics' variables; the multi-worker loop calls it under its strategy and, if a
   Keras release drops it (this returns None), logs the losses only.
 
-Private TensorFlow, in `TF_SYMBOLS`, is used by three functions, and resolved when
+Private TensorFlow, in `TF_SYMBOLS`, is used by four functions, and resolved when
 they are called, not on import, so this module does not import TensorFlow's
 internals for runs that need neither:
 
@@ -48,19 +48,33 @@ internals for runs that need neither:
 - `dynamic_update_slice`: TensorFlow's `XlaDynamicUpdateSlice` op, not in
   `tf.raw_ops`, which the LiteRT converter turns into the builtin
   DYNAMIC_UPDATE_SLICE (the export loop, `rnnkit.layers._export`).
+- `read_profile`: a TensorFlow profile (`*.xplane.pb`, the `XSpace` protocol
+  buffer that `tf.profiler` writes), for the op-time benchmark.
+
+Private Keras Tuner, in `TUNER_SYMBOLS` (keras-tuner exports no chief/worker API of its
+own beyond environment variables; tested with `TESTED_KERAS_TUNER`), resolved when a
+distributed search runs (`rnnkit.tuning.cluster`):
+
+- `tuner_request_timeout`: how long a worker's request waits for the chief
+  (`oracle_client.TIMEOUT`, an hour in Keras Tuner), bounded for one search.
+- `serve_tuner_oracle`: the chief's gRPC servicer of an oracle
+  (`oracle_chief.OracleServicer`) added to a server (`protos.get_service_grpc`).
 
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import keras
 
 TESTED_KERAS = ">=3.15,<3.16"
+TESTED_KERAS_TUNER = ">=1.4.7,<1.5"
 
 log = logging.getLogger("rnnkit")
 
@@ -97,6 +111,15 @@ TF_SYMBOLS = (
     ),
     # `dynamic_update_slice`, for the LiteRT export loop (rnnkit/layers/_export.py).
     ("tensorflow.compiler.tf2xla.python.xla", "dynamic_update_slice"),
+    # `read_profile`, for benchmarks/profile_recurrent.py.
+    ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace"),
+)
+
+# Resolved when a distributed search runs (see the module docstring).
+TUNER_SYMBOLS = (
+    ("keras_tuner.src.distribute.oracle_client", "TIMEOUT"),
+    ("keras_tuner.src.distribute.oracle_chief", "OracleServicer"),
+    ("keras_tuner.src.protos", "get_service_grpc"),
 )
 
 
@@ -197,6 +220,13 @@ def freeze_function(function: Any) -> Any:
     return convert(function, lower_control_flow=False)
 
 
+def read_profile(data: bytes) -> Any:
+    """The `XSpace` (planes of lines of timed events) of a `*.xplane.pb` profile."""
+    space = resolve("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace")()
+    space.ParseFromString(data)
+    return space
+
+
 def dynamic_update_slice(operand: Any, update: Any, start: Any) -> Any:
     """`operand` with `update` written over it from index `start` (one index per
     axis): TensorFlow's `XlaDynamicUpdateSlice` op."""
@@ -252,3 +282,39 @@ __all__ = [
     "variable_index",
     "variable_key",
 ]
+
+
+def _tuner_symbol(module_name: str, name: str) -> Any:
+    """`module_name.name` of `TUNER_SYMBOLS`, or an ImportError that names it and the
+    tested keras-tuner versions."""
+    try:
+        return resolve(module_name, name)
+    except ImportError:
+        raise ImportError(
+            f"rnnkit's distributed search needs the private Keras Tuner symbol "
+            f"{module_name}.{name}, which this keras-tuner does not have; rnnkit is "
+            f"tested with keras-tuner{TESTED_KERAS_TUNER}: "
+            f"pip install 'keras-tuner{TESTED_KERAS_TUNER}'"
+        ) from None
+
+
+@contextlib.contextmanager
+def tuner_request_timeout(seconds: float) -> Iterator[None]:
+    """Within the block, a Keras Tuner worker's request to the chief waits at most
+    `seconds`; Keras Tuner's own limit is restored afterwards."""
+    module_name, name = TUNER_SYMBOLS[0]
+    saved = _tuner_symbol(module_name, name)
+    client = importlib.import_module(module_name)
+    setattr(client, name, seconds)
+    try:
+        yield
+    finally:
+        setattr(client, name, saved)
+
+
+def serve_tuner_oracle(oracle: Any, server: Any) -> Any:
+    """Keras Tuner's chief servicer of `oracle`, added to the gRPC `server`
+    (not yet started); returns the servicer."""
+    servicer = _tuner_symbol(*TUNER_SYMBOLS[1])(oracle)
+    _tuner_symbol(*TUNER_SYMBOLS[2])().add_OracleServicer_to_server(servicer, server)
+    return servicer

@@ -41,6 +41,25 @@ def test_private_tensorflow_symbols_resolve_on_this_tensorflow():
         assert _keras_private.resolve(module_name, name) is not None, name
 
 
+def test_private_keras_tuner_symbols_resolve_and_are_pinned():
+    for module_name, name in _keras_private.TUNER_SYMBOLS:
+        assert _keras_private.resolve(module_name, name) is not None, name
+    pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
+    assert f'"keras-tuner{_keras_private.TESTED_KERAS_TUNER}"' in pyproject
+
+
+def test_a_moved_keras_tuner_symbol_fails_with_a_message_naming_it(monkeypatch):
+    from keras_tuner.src.distribute import oracle_client
+
+    monkeypatch.delattr(oracle_client, "TIMEOUT")
+    with pytest.raises(ImportError) as error:
+        with _keras_private.tuner_request_timeout(5.0):
+            pass
+    message = str(error.value)
+    assert "keras_tuner.src.distribute.oracle_client.TIMEOUT" in message
+    assert f"keras-tuner{_keras_private.TESTED_KERAS_TUNER}" in message
+
+
 def test_cluster_registration_is_best_effort_when_tensorflow_moved(monkeypatch):
     moved = (("tensorflow.python.no_such_module", "context"),)
     monkeypatch.setattr(_keras_private, "TF_SYMBOLS", moved)
@@ -95,11 +114,15 @@ KERAS_PRIVATE_ATTRIBUTES = {
 }
 PRIVATE_MODULES = (
     "keras.src",
+    "keras_tuner.src",
     "tensorflow.compiler",
     "tensorflow.core",
     "tensorflow.python",
     "tensorflow.tsl",
 )
+# The code people run: the package, the recipes, and the scripts beside them (tests
+# reach into Keras on purpose, to patch it).
+GUARDED = ("rnnkit", "recipes", "benchmarks", "examples", "docs")
 ATTRIBUTE_FUNCTIONS = {"getattr", "hasattr", "setattr", "delattr"}
 
 
@@ -209,11 +232,12 @@ def test_private_keras_and_tensorflow_only_through_keras_private():
     """Every private Keras or TensorFlow symbol goes through rnnkit/_keras_private.py,
     where it is named, checked against the tested versions, and explained.
 
-    Read from the source (AST) of rnnkit/ and recipes/; outside _keras_private.py an
-    offence is:
+    Read from the source (AST) of the folders in `GUARDED`; outside
+    _keras_private.py an offence is:
 
-    1. a module path under `keras.src`, `tensorflow.python`, `tensorflow.compiler`,
-       `tensorflow.core` or `tensorflow.tsl` (`tf.` counts as `tensorflow.`): in an
+    1. a module path under `keras.src`, `keras_tuner.src`, `tensorflow.python`,
+       `tensorflow.compiler`, `tensorflow.core` or `tensorflow.tsl` (`tf.` counts as
+       `tensorflow.`): in an
        import, in an attribute chain, or in a string (`importlib.import_module(...)`),
        docstrings excepted;
     2. a private attribute (one leading underscore: `obj._name`, or
@@ -228,11 +252,7 @@ def test_private_keras_and_tensorflow_only_through_keras_private():
 
     Each offence is reported as `file:line: symbol`.
     """
-    paths = sorted(
-        path
-        for folder in ("rnnkit", "recipes")
-        for path in (ROOT / folder).rglob("*.py")
-    )
+    paths = sorted(path for folder in GUARDED for path in (ROOT / folder).rglob("*.py"))
     found = offences(paths)
     assert not found, (
         "use private Keras/TensorFlow through rnnkit._keras_private:\n"

@@ -23,7 +23,6 @@ cluster's (rnnkit.training.cluster): a search's chief is named the same way.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import time
@@ -62,18 +61,6 @@ def check_worker_id(worker_id: str) -> str:
             f"got {worker_id!r}"
         )
     return worker_id
-
-
-def _private(module_name: str, name: str) -> Any:
-    """A Keras Tuner symbol it does not export (pinned to keras-tuner 1.4 in
-    pyproject.toml), or an ImportError that names it."""
-    module = importlib.import_module(module_name)
-    if not hasattr(module, name):
-        raise ImportError(
-            f"rnnkit's distributed search needs {module_name}.{name}, which this "
-            "keras-tuner does not have; it is tested with keras-tuner>=1.4.7,<1.5"
-        )
-    return getattr(module, name)
 
 
 def check_can_listen(address: Address) -> None:
@@ -135,19 +122,18 @@ def role(tuner_id: str, address: Address, timeout: float) -> Iterator[None]:
     A worker's requests to the chief wait at most `timeout` seconds for it (Keras
     Tuner's own limit is an hour, so a worker whose chief died would hang that long).
     """
+    from rnnkit import _keras_private
+
     saved = {name: os.environ.get(name) for name in ENVIRONMENT}
-    client = importlib.import_module("keras_tuner.src.distribute.oracle_client")
-    saved_timeout = _private(client.__name__, "TIMEOUT")
     os.environ.update(
         KERASTUNER_TUNER_ID=tuner_id,
         KERASTUNER_ORACLE_IP=address.host,
         KERASTUNER_ORACLE_PORT=str(address.port),
     )
-    client.TIMEOUT = timeout
     try:
-        yield
+        with _keras_private.tuner_request_timeout(timeout):
+            yield
     finally:
-        client.TIMEOUT = saved_timeout
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -165,16 +151,15 @@ def serve_oracle(oracle: Any, address: Address, worker_timeout: float) -> str | 
     """
     import grpc
 
-    servicer_cls = _private("keras_tuner.src.distribute.oracle_chief", "OracleServicer")
-    protos = importlib.import_module("keras_tuner.src.protos")
-    servicer = servicer_cls(oracle)
+    from rnnkit import _keras_private
+
     # Keras Tuner's oracle is not thread-safe beyond its @synchronized methods, and
     # its own server uses one thread too. Without so_reuseport a second chief on the
     # same port fails here instead of sharing it.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=1), options=[("grpc.so_reuseport", 0)]
     )
-    protos.get_service_grpc().add_OracleServicer_to_server(servicer, server)
+    servicer = _keras_private.serve_tuner_oracle(oracle, server)
     try:
         bound = server.add_insecure_port(str(address))
     except RuntimeError:
