@@ -214,10 +214,17 @@ def load_run(
     """The recipe, config and model of a completed run directory."""
     run_dir = Path(run_dir)
     run_file = run_dir / RUN_FILE
-    if not run_file.is_file():
+    if not run_file.is_file() and (run_dir / CONFIG_FILE).is_file():
         raise RnnkitError(
             f"{run_dir} is not a completed rnnkit run (no {RUN_FILE}); "
             "resume an interrupted run with `rnnkit run NAME --resume DIR`"
+        )
+    if not run_file.is_file():
+        # Also a run stopped between claiming its directory and writing its config:
+        # there is nothing that --resume could continue.
+        raise RnnkitError(
+            f"{run_dir} is not a completed rnnkit run (no {RUN_FILE}) and holds no "
+            f"run to resume (no {CONFIG_FILE}); start the run again"
         )
     try:
         recipe_name = json.loads(run_file.read_text(encoding="utf-8"))["recipe"]

@@ -148,7 +148,15 @@ def test_resume_refuses_what_is_not_an_interrupted_run_of_this_recipe(tmp_path):
 
 
 def test_only_a_completed_run_is_loaded(tmp_path):
-    with pytest.raises(RnnkitError, match="not a completed rnnkit run"):
+    # Claimed, then stopped before its config was written: nothing to resume.
+    (tmp_path / run_dir.CLAIM_FILE).write_text("")
+    with pytest.raises(RnnkitError) as error:
+        run_dir.load_run(tmp_path, lambda name: ToyRecipe())
+    assert "not a completed rnnkit run" in str(error.value)
+    assert "no run to resume (no config.toml)" in str(error.value)
+    assert "--resume" not in str(error.value)
+    (tmp_path / run_dir.CONFIG_FILE).write_text("")
+    with pytest.raises(RnnkitError, match="not a completed rnnkit run.*--resume"):
         run_dir.load_run(tmp_path, lambda name: ToyRecipe())
     (tmp_path / run_dir.RUN_FILE).write_text(json.dumps({"status": "completed"}))
     with pytest.raises(RnnkitError, match="damaged"):
