@@ -73,3 +73,32 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         resources={"metadata": {"path": str(tmp_path)}},
     ).execute()
     assert not _errors(notebook)
+
+
+def _sentiment_table() -> dict[str, float]:
+    """Accuracy by system of the first results table of recipes/sentiment/README.md."""
+    lines = (ROOT / "recipes" / "sentiment" / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        system, accuracy = [cell.strip() for cell in line.strip("|").split("|")][:2]
+        rows[system] = float(accuracy.split()[0])
+    return rows
+
+
+def test_notebook_06_quotes_the_strongest_sentiment_baseline():
+    """The course compares the model with the strongest baseline of the recipe's
+    README table, not a weaker one."""
+    rows = _sentiment_table()
+    model = next(value for system, value in rows.items() if system.startswith("model"))
+    baselines = {s: v for s, v in rows.items() if not s.startswith("model")}
+    strongest = max(baselines.values())
+    notebook = nbformat.read(ROOT / "notebooks" / "06_recipes_quickstart.ipynb", 4)
+    text = " ".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    text = " ".join(text.split())
+    assert f"reaches {model:.4f}" in text
+    if strongest > model:
+        assert "strongest baseline still beats it" in text
+    assert f"scores {strongest:.4f}" in text, (strongest, baselines)
