@@ -1,14 +1,17 @@
-"""The selection protocol the quality benchmarks share (benchmarks/selection.py):
-chosen on validation only, the choice repeated per seed, finished runs never trained
-twice, and a ledger of other settings refused."""
+"""The benchmarks' own logic: the selection protocol the quality benchmarks share
+(benchmarks/selection.py: chosen on validation only, the choice repeated per seed,
+finished runs never trained twice, a ledger of other settings refused), and the
+captioning attention statistics (benchmarks/captioning_attention.py)."""
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import captioning_attention  # noqa: E402
 import selection  # noqa: E402
 
 # name: (validation score, validation loss, test score). The test scores rank the
@@ -89,3 +92,23 @@ def test_an_interrupted_run_starts_again_in_a_fresh_directory(tmp_path):
         {"a": {}}, trainer([]), [1337], tmp_path, "bleu", settings=settings("a")
     )
     assert not (stale / "half-written").exists()
+
+
+def test_attention_statistics_of_uniform_and_hard_attention():
+    locations, words = 49, 11
+    uniform = np.full((2, 20, locations), 1.0 / locations)
+    figures = captioning_attention.attention_statistics(uniform, np.array([words] * 2))
+    assert figures["entropy_share"] == pytest.approx(1.0)
+    assert figures["locations"] == pytest.approx(locations)
+    assert figures["peak"] == pytest.approx(1.0 / locations)
+    # The regulariser's floor for T words over L locations: (L - T)^2 / (L T).
+    floor = (locations - words) ** 2 / (locations * words)
+    assert figures["coverage"] == pytest.approx(floor)
+    hard = np.zeros((1, 20, locations))
+    hard[0, np.arange(words), np.arange(words)] = 1.0
+    hard[0, words:] = 0.5  # after the caption ends: never read
+    figures = captioning_attention.attention_statistics(hard, np.array([words]))
+    assert figures["entropy"] == pytest.approx(0.0, abs=1e-9)
+    assert figures["locations"] == pytest.approx(1.0)
+    assert figures["peak"] == 1.0
+    assert figures["coverage"] == pytest.approx((locations - words) / words)
