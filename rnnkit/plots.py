@@ -185,9 +185,20 @@ def attention_overlay(
         )
     columns = min(5, len(words) + 1)
     rows = -(-(len(words) + 1) // columns)
-    text_height = 0.4 * (len(references) + 1)
+    panel, title_height = 2.2, 0.5 if title else 0.1
+    text_height = 0.17 * (len(references) + 1) + 0.15
+    inches = (panel + 0.3) * rows + text_height + title_height
     figure, axes = plt.subplots(
-        rows, columns, figsize=(2.6 * columns, 2.6 * rows + text_height), squeeze=False
+        rows, columns, figsize=(panel * columns, inches), squeeze=False
+    )
+    # The panels fill the figure between the title and the captions under them.
+    figure.subplots_adjust(
+        left=0.005,
+        right=0.995,
+        top=1 - title_height / inches,
+        bottom=text_height / inches,
+        wspace=0.04,
+        hspace=0.15,
     )
     height, width = image.shape[:2]
     panels = axes.ravel()
@@ -207,7 +218,7 @@ def attention_overlay(
         panel.axis("off")
     text = "generated: " + " ".join(words)
     text += "".join(f"\nreference: {reference}" for reference in references)
-    figure.text(0.01, 0.0, text, fontsize=8, va="top", ha="left")
+    figure.text(0.01, (text_height - 0.1) / inches, text, fontsize=8, va="top")
     if title:
-        figure.suptitle(title, fontsize=10)
-    return save_figure(figure, path)
+        figure.suptitle(title, fontsize=10, y=1 - 0.12 / inches)
+    return save_figure(figure, path, tight=False)
