@@ -10,8 +10,10 @@ seeds: the protocol every quality benchmark in this folder follows (issue 34).
    reported as mean and sample standard deviation over all its seeds.
 
 Finished runs are recorded in `selection.json` in the output folder, so an interrupted
-selection resumes where it stopped (a run with no record is trained again from the
-start, in a fresh directory). Imported by the scripts in this folder.
+selection resumes where it stopped. A run with no record continues from its last
+finished epoch when its directory holds an interrupted run of the same config with a
+backup (`interrupted_run`); otherwise it trains again from the start, in a fresh
+directory. Imported by the scripts in this folder.
 """
 
 from __future__ import annotations
@@ -86,6 +88,22 @@ def _merged(recorded: Mapping[str, Any], settings: Mapping[str, Any]) -> dict:
     return merged
 
 
+def interrupted_run(recipe: Any, config: Any, run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run of `config` that stopped during training with a
+    backup to continue from (`rnnkit.training.runner.run(..., resume=True)`): not
+    finished, and its config.toml the same config."""
+    from rnnkit.errors import RnnkitError
+    from rnnkit.training import run_dir as run_dir_lib
+
+    if not (run_dir / run_dir_lib.BACKUP_DIR).is_dir():
+        return False
+    try:
+        recorded = run_dir_lib.prepare_resume(recipe, run_dir)
+    except RnnkitError:
+        return False  # finished, or no config written
+    return recorded.to_dict() == config.to_dict()
+
+
 def select_then_seeds(
     candidates: Mapping[str, Mapping[str, Any]],
     train: Callable[[str, Mapping[str, Any], int, Path], dict[str, Any]],
@@ -94,11 +112,15 @@ def select_then_seeds(
     criterion: str,
     higher_is_better: bool = True,
     settings: Mapping[str, Any] | None = None,
+    resumable: Callable[[str, Mapping[str, Any], int, Path], bool] | None = None,
 ) -> dict[str, Any]:
     """Runs the protocol above; returns the ledger with `chosen` set.
 
     `train(name, overrides, seed, run_dir)` trains one run and returns a JSON-able dict
     with at least `validation` (a dict holding `criterion`) and `test` (a dict).
+    `run_dir` exists when it holds an interrupted run to continue: when
+    `resumable(name, overrides, seed, run_dir)` says so (see `interrupted_run`); any
+    other leftover directory is removed first.
     `settings` (JSON-able: the base config the candidates override, or under
     `configs` each candidate's config) is recorded; a ledger recorded with other
     settings is refused, so runs made with different data or epochs are never
@@ -121,8 +143,12 @@ def select_then_seeds(
         key = f"{name}/seed{seed}"
         if key not in runs:
             run_dir = out / f"{name}-seed{seed}"
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # an interrupted run without a record
+            # An interrupted run without a record: continued, or started afresh.
+            if run_dir.exists() and not (
+                resumable is not None
+                and resumable(name, candidates[name], seed, run_dir)
+            ):
+                shutil.rmtree(run_dir)
             runs[key] = train(name, candidates[name], seed, run_dir)
             _record(out, ledger)
         return runs[key]

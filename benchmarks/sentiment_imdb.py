@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from timing import epoch_timer
+from timing import EPOCH_SECONDS, epoch_timer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -160,6 +160,7 @@ def select(recipe, config, args) -> None:
     """The --select protocol: see the module docstring and selection.py."""
     from selection import (
         chosen_runs,
+        interrupted_run,
         kept_epoch,
         parse_candidates,
         parse_seeds,
@@ -181,8 +182,15 @@ def select(recipe, config, args) -> None:
             "evaluation.baselines": False,
         }
         run_config = config.with_values(settings)
-        timer = epoch_timer()
-        result = runner.run(recipe, run_config, run_dir, verbose=2, callbacks=[timer])
+        timer = epoch_timer(record=Path(run_dir) / EPOCH_SECONDS)
+        result = runner.run(
+            recipe,
+            run_config,
+            run_dir,
+            resume=Path(run_dir).exists(),  # an interrupted run (`resumable`)
+            verbose=2,
+            callbacks=[timer],
+        )
         kept = kept_epoch(result.history)
         return {
             "validation": {"accuracy": kept["val_accuracy"], "loss": kept["val_loss"]},
@@ -198,6 +206,13 @@ def select(recipe, config, args) -> None:
         Path(args.out),
         criterion="accuracy",
         settings=config.to_dict(),
+        resumable=lambda name, overrides, seed, run_dir: interrupted_run(
+            recipe,
+            config.with_values(
+                {**overrides, "train.seed": seed, "evaluation.baselines": False}
+            ),
+            run_dir,
+        ),
     )
     print()
     print(f"selection on the validation split (seed {seeds[0]}; accuracy at the")

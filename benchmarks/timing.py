@@ -4,10 +4,15 @@ seconds of each training epoch. Imported by the scripts in this folder (run as
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
 import time
+from pathlib import Path
+
+# Where `epoch_timer` records a run's epoch times (in its run directory).
+EPOCH_SECONDS = "epoch_seconds.json"
 
 
 def cpu_model() -> str:
@@ -29,25 +34,38 @@ def cpu_line() -> str:
     return f"{cpu_model()} ({os.cpu_count()} cores visible)"
 
 
-def epoch_timer(max_minutes: float = 0.0):
+def epoch_timer(max_minutes: float = 0.0, record: Path | None = None):
     """A Keras callback whose `seconds` lists each training epoch's wall time
     (validation included, as `fit` runs it).
 
     With `max_minutes` > 0 it ends training after the epoch past which one more
     epoch, at the mean epoch time so far, would end after `max_minutes`: the run is
     then the same as one with train.epochs set to the epochs it trained.
+
+    With `record` (a JSON file, in the run directory) the times are written there
+    after every epoch, so that a run resumed from its backup (`runner.run(...,
+    resume=True)`) counts the epochs an earlier process trained: the times of the
+    epochs before the one training resumes at are read back, later ones (an epoch
+    cut off before its backup was written) dropped.
     """
     import keras
 
     class EpochTimer(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             self.seconds = []
+            if record is not None and record.is_file():
+                self.seconds = [float(s) for s in json.loads(record.read_text())]
 
         def on_epoch_begin(self, epoch, logs=None):
+            del self.seconds[epoch:]
             self.started = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
             self.seconds.append(time.perf_counter() - self.started)
+            if record is not None:
+                temporary = record.with_name(f".{record.name}.tmp")
+                temporary.write_text(json.dumps(self.seconds))
+                os.replace(temporary, record)
             spent = sum(self.seconds)
             mean = spent / len(self.seconds)
             if max_minutes > 0 and spent + mean > max_minutes * 60:

@@ -60,7 +60,7 @@ import logging
 import os
 from pathlib import Path
 
-from timing import epoch_timer, hardware
+from timing import EPOCH_SECONDS, epoch_timer, hardware
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -327,6 +327,7 @@ def select(recipe, config, args, architecture="rnn", prefixed=False):
     """The --select protocol: see the module docstring and selection.py."""
     from selection import (
         chosen_runs,
+        interrupted_run,
         parse_candidates,
         parse_seeds,
         print_means,
@@ -349,8 +350,15 @@ def select(recipe, config, args, architecture="rnn", prefixed=False):
 
     def train_one(name, overrides, seed, run_dir):
         run_config = config.with_values({**overrides, "train.seed": seed})
-        timer = epoch_timer(args.max_minutes)
-        result = runner.run(recipe, run_config, run_dir, verbose=2, callbacks=[timer])
+        timer = epoch_timer(args.max_minutes, record=Path(run_dir) / EPOCH_SECONDS)
+        result = runner.run(
+            recipe,
+            run_config,
+            run_dir,
+            resume=Path(run_dir).exists(),  # an interrupted run (`resumable`)
+            verbose=2,
+            callbacks=[timer],
+        )
         test = result.metrics["test"]["model"]
         return {
             "validation": {
@@ -369,6 +377,9 @@ def select(recipe, config, args, architecture="rnn", prefixed=False):
         out,
         criterion="bleu",
         settings=config.to_dict(),
+        resumable=lambda name, overrides, seed, run_dir: interrupted_run(
+            recipe, config.with_values({**overrides, "train.seed": seed}), run_dir
+        ),
     )
     print()
     print(f"== {architecture} ==")

@@ -1,8 +1,11 @@
 """The benchmarks' own logic: the selection protocol the quality benchmarks share
 (benchmarks/selection.py: chosen on validation only, the choice repeated per seed,
-finished runs never trained twice, a ledger of other settings refused), and the
-captioning attention statistics (benchmarks/captioning_attention.py)."""
+finished runs never trained twice, interrupted ones continued from their backup, a
+ledger of other settings refused), the epoch times a resumed run keeps
+(benchmarks/timing.py), and the captioning attention statistics
+(benchmarks/captioning_attention.py)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import captioning_attention  # noqa: E402
 import selection  # noqa: E402
+import timing  # noqa: E402
+
+from rnnkit import config as config_lib  # noqa: E402
+from rnnkit import registry  # noqa: E402
+from rnnkit.training import run_dir as run_dir_lib  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # name: (validation score, validation loss, test score). The test scores rank the
 # candidates the other way round, so a choice made on test would differ.
@@ -22,7 +32,7 @@ SCORES = {"a": (30.0, 2.0, 99.0), "b": (31.0, 2.1, 1.0), "c": (31.0, 1.9, 0.0)}
 def trainer(calls):
     def train(name, overrides, seed, run_dir):
         calls.append((name, seed))
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
         score, loss, test = SCORES[name]
         return {"validation": {"bleu": score, "loss": loss}, "test": {"bleu": test}}
 
@@ -92,6 +102,68 @@ def test_an_interrupted_run_starts_again_in_a_fresh_directory(tmp_path):
         {"a": {}}, trainer([]), [1337], tmp_path, "bleu", settings=settings("a")
     )
     assert not (stale / "half-written").exists()
+
+
+def test_an_interrupted_run_that_can_resume_keeps_its_directory(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}-seed1337").mkdir()
+        (tmp_path / f"{name}-seed1337" / "backup").mkdir()
+    asked = []
+
+    def resumable(name, overrides, seed, run_dir):
+        asked.append((name, seed, run_dir.name))
+        return name == "a"
+
+    calls = []
+    selection.select_then_seeds(
+        {"a": {}, "b": {}},
+        trainer(calls),
+        [1337],
+        tmp_path,
+        "bleu",
+        settings=settings("a", "b"),
+        resumable=resumable,
+    )
+    assert asked == [("a", 1337, "a-seed1337"), ("b", 1337, "b-seed1337")]
+    assert (tmp_path / "a-seed1337" / "backup").is_dir()  # continued
+    assert not (tmp_path / "b-seed1337" / "backup").exists()  # started afresh
+    assert calls == [("a", 1337), ("b", 1337)]
+
+
+def test_interrupted_run_needs_a_backup_the_same_config_and_no_end(tmp_path):
+    recipe = registry.load("stock")
+    config = config_lib.resolve(
+        recipe.Config, ROOT / "recipes/stock/configs/smoke.toml", {}
+    )
+    run_dir = run_dir_lib.open_run_dir(recipe.name, config, tmp_path / "r", "", False)
+    assert not selection.interrupted_run(recipe, config, run_dir)  # no backup
+    (run_dir / run_dir_lib.BACKUP_DIR).mkdir()
+    assert selection.interrupted_run(recipe, config, run_dir)
+    other = config.with_values({"train.seed": config.train.seed + 1})
+    assert not selection.interrupted_run(recipe, other, run_dir)
+    (run_dir / run_dir_lib.RUN_FILE).write_text("{}")  # finished
+    assert not selection.interrupted_run(recipe, config, run_dir)
+
+
+def test_epoch_times_of_a_resumed_run_include_the_earlier_process(tmp_path):
+    record = tmp_path / timing.EPOCH_SECONDS
+
+    def epochs(timer, first, last):
+        for epoch in range(first, last):
+            timer.on_epoch_begin(epoch)
+            timer.on_epoch_end(epoch)
+
+    first = timing.epoch_timer(record=record)
+    first.on_train_begin()
+    epochs(first, 0, 3)  # killed during epoch 3; epoch 2's backup never written
+    assert len(first.seconds) == 3
+    resumed = timing.epoch_timer(record=record)
+    resumed.on_train_begin()
+    assert resumed.seconds == first.seconds
+    epochs(resumed, 2, 5)  # the backup restores epoch 2's start
+    assert resumed.seconds[:2] == first.seconds[:2]
+    assert len(resumed.seconds) == 5
+    assert json.loads(record.read_text()) == resumed.seconds
 
 
 def test_attention_statistics_of_uniform_and_hard_attention():
