@@ -130,7 +130,7 @@ class CaptioningRecipe(Recipe):
                 "model.attention_units": hp.Choice("attention_units", [64, 128, 256]),
                 "model.dropout": hp.Choice("dropout", [0.0, 0.3, 0.5]),
                 "model.attention_penalty": hp.Choice(
-                    "attention_penalty", [0.0, 0.3, 1.0, 3.0]
+                    "attention_penalty", [0.0, 0.1, 0.3, 1.0]
                 ),
                 "train.learning_rate": hp.Float(
                     "learning_rate", 3e-4, 3e-3, sampling="log"
