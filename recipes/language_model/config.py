@@ -46,6 +46,13 @@ class LanguageModelDataConfig(DataConfig):
         above=0.0,
         below=1.0,
     )
+    split_seed: int = field(
+        0,
+        help="A CSV/TSV table: seed of the document order before the contiguous cut "
+        "(not train.seed, so that every seed and every evaluation tests on the same "
+        "documents).",
+        at_least=0,
+    )
     vocabulary_size: int = field(
         0, help="Most tokens kept, <unk> included (0: all).", at_least=0
     )

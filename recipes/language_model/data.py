@@ -9,11 +9,13 @@ Sources (`data.path`):
   validates and the last `data.test_fraction` tests (never a shuffled split: the
   text runs on).
 - a CSV/TSV table (optionally gzipped): the `data.text_column` of every row, one
-  document after another in an order drawn from `train.seed`, split contiguously
+  document after another in an order drawn from `data.split_seed`, split contiguously
   (e.g. the IMDB review texts). A table's order may follow something else than the
   text (the IMDB training table holds all its positive reviews, then all its negative
   ones): shuffled first, every split draws from the whole table; the same seed gives
-  the same split.
+  the same split. The order's seed is not `train.seed`: runs with several seeds, and
+  `rnnkit evaluate` with another `train.seed`, test on the same documents, never on
+  text a model trained on.
 - a pattern with `{split}`, e.g. `../shared/data/language_model/ptb.{split}.txt.gz`:
   one file per split, `{split}` filled with `data.train_split`, `data.validation_split`
   and `data.test_split` (Penn Treebank: train, valid, test).
@@ -223,7 +225,7 @@ def read_splits(config: LanguageModelConfig) -> tuple[list[str], str]:
         if documents is None:
             text = read_text(path, data.text_column)
         else:
-            text = "\n".join(shuffled(documents, config.train.seed))
+            text = "\n".join(shuffled(documents, data.split_seed))
     else:
         raise DataError(
             f"{path}: no such file or folder (data.path takes a text file, a folder of "

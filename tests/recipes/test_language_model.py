@@ -15,6 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tomllib
 from rnnkit_recipes.language_model import baselines
 from rnnkit_recipes.language_model import data as lm_data
 from rnnkit_recipes.language_model.recipe import (
@@ -245,7 +246,7 @@ def test_standardize_reads_reviews_as_the_sentiment_classifier_does(tmp_path):
     loaded = LanguageModelRecipe().load_data(config)
     assert "br" not in loaded.tokens and "<eos>" in loaded.tokens
     # The training text opens with the review that the seeded shuffle puts first.
-    first = lm_data.shuffled(reviews, config.train.seed)[0]
+    first = lm_data.shuffled(reviews, config.data.split_seed)[0]
     opening = lm_data.tokenize(first, "word", lowercase=True, standardize=True)
     assert list(np.array(loaded.tokens)[loaded.train_ids[:5]]) == opening[:5]
 
@@ -356,6 +357,22 @@ def test_evaluate_refuses_text_the_run_vocabulary_does_not_fit(smoke_run):
     assert "needs another vocabulary" in message and "data.level" in message
 
 
+def test_evaluate_refuses_to_cut_the_run_text_another_way(smoke_run, tmp_path):
+    """Another cut of the run's own text would test on text the model trained on;
+    the run's own setting is no such thing."""
+    run_dir, _ = smoke_run
+    result = invoke("evaluate", str(run_dir), "--set", "data.test_fraction=0.2")
+    message = error_line(result)
+    assert "--set data.test_fraction=0.2" in message
+    assert "split another way" in message and "drop --set data.test_fraction" in message
+    recorded = tomllib.loads((run_dir / "config.toml").read_text())["data"]
+    result = invoke(
+        "evaluate", str(run_dir), "--set",
+        f"data.validation_fraction={recorded['validation_fraction']}",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+
+
 def test_diagnose_takes_settings_and_uses_the_run_vocabulary(smoke_run, tmp_path):
     """`--set` reaches the run's config; a vocabulary learned again from the text
     (data.vocabulary_size) gives way to the one saved in the model, and a run
@@ -442,8 +459,10 @@ def test_config_files_resolve(name):
 def test_a_table_of_documents_is_shuffled_before_the_contiguous_cut(tmp_path):
     """The IMDB training table holds its positive reviews, then its negative ones:
     cut in the table's order, the held-out tail would be negative reviews only. On a
-    real slice in that order, the documents are shuffled (with `train.seed`) first:
-    both labels in the validation and the test text; the same seed, the same split."""
+    real slice in that order, the documents are shuffled (with `data.split_seed`)
+    first: both labels in the validation and the test text; the same seed, the same
+    split, whatever `train.seed` (a run of another seed, or `rnnkit evaluate --set
+    train.seed=N`, tests on the same documents)."""
     from tests.sentiment_support import imdb_sample, write_imdb_csv
 
     path = write_imdb_csv(tmp_path / "reviews.csv.gz", "train", 50)
@@ -451,8 +470,10 @@ def test_a_table_of_documents_is_shuffled_before_the_contiguous_cut(tmp_path):
     assert list(sample["label"]) == [1] * 50 + [0] * 50  # sorted by label
     label_of = dict(zip(sample["text"], sample["label"], strict=True))
 
-    def split(seed):
-        config = word_config(path, **{"train.seed": seed})
+    def split(seed, train_seed=1337):
+        config = word_config(
+            path, **{"data.split_seed": seed, "train.seed": train_seed}
+        )
         return lm_data.read_splits(config)[0]
 
     texts = split(1337)
@@ -465,4 +486,5 @@ def test_a_table_of_documents_is_shuffled_before_the_contiguous_cut(tmp_path):
         assert len(held_out) >= 5, name
         assert set(held_out) == {0, 1}, f"{name}: labels {held_out}"
     assert split(1337) == texts
+    assert split(1337, train_seed=7) == texts
     assert split(7) != texts
