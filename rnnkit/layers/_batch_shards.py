@@ -24,6 +24,8 @@ MIN_SHARD_ROWS = 8
 
 # Where the cgroup file systems are mounted: in a container, its own cgroup.
 CGROUP_ROOT = "/sys/fs/cgroup"
+# Which cgroups the process is in (one line per hierarchy).
+PROC_CGROUP = "/proc/self/cgroup"
 
 
 def _inter_op_threads() -> int:
@@ -43,24 +45,63 @@ def _inter_op_threads() -> int:
     return threads if quota is None else min(threads, quota)
 
 
-def cgroup_cpus(root: str | os.PathLike | None = None) -> int | None:
-    """The CPUs the cgroup CPU quota under `root` (default `CGROUP_ROOT`) grants,
-    rounded up and at least 1, or None where no quota is set or none can be read.
+def cgroup_cpus(
+    root: str | os.PathLike | None = None,
+    membership: str | os.PathLike | None = None,
+) -> int | None:
+    """The CPUs the cgroup CPU quotas grant this process, rounded up and at least
+    1, or None where no quota is set or none can be read.
 
-    cgroup v2: `cpu.max` holds "QUOTA PERIOD" in microseconds ("200000 100000": 2
-    CPUs; "max 100000": no quota). cgroup v1: `cpu.cfs_quota_us` over
+    The quotas are read from the process's own cgroup (as `membership`, default
+    `PROC_CGROUP`, names it) and every cgroup above it up to the mount `root`
+    (default `CGROUP_ROOT`), and the smallest counts: a systemd slice or a
+    Kubernetes pod limits the cgroups below it, and a container sees its own cgroup
+    as the root. cgroup v2: `cpu.max` holds "QUOTA PERIOD" in microseconds ("200000
+    100000": 2 CPUs; "max 100000": no quota). cgroup v1: `cpu.cfs_quota_us` over
     `cpu.cfs_period_us` in the `cpu` (or `cpu,cpuacct`) hierarchy, -1: no quota."""
     root = Path(CGROUP_ROOT if root is None else root)
-    limit = _read(root / "cpu.max")
-    if limit is not None:
-        quota, _, period = limit.partition(" ")
-        return _quota_cpus(quota, period)
-    for hierarchy in ("cpu", "cpu,cpuacct"):
-        quota = _read(root / hierarchy / "cpu.cfs_quota_us")
-        if quota is not None:
-            period = _read(root / hierarchy / "cpu.cfs_period_us")
-            return _quota_cpus(quota, period or "")
-    return None
+    own = _own_cgroups(Path(PROC_CGROUP if membership is None else membership))
+    limits = [_read(level / "cpu.max") for level in _levels(root, own.get("", "/"))]
+    limits = [limit for limit in limits if limit is not None]
+    if limits:  # cgroup v2
+        cpus = [_quota_cpus(*_quota_period(limit)) for limit in limits]
+    else:
+        cpus = []
+        for hierarchy in ("cpu", "cpu,cpuacct"):
+            for level in _levels(root / hierarchy, own.get("cpu", "/")):
+                quota = _read(level / "cpu.cfs_quota_us")
+                if quota is not None:
+                    period = _read(level / "cpu.cfs_period_us")
+                    cpus.append(_quota_cpus(quota, period or ""))
+    cpus = [count for count in cpus if count is not None]
+    return min(cpus) if cpus else None
+
+
+def _own_cgroups(membership: Path) -> dict[str, str]:
+    """The process's cgroup paths from /proc/self/cgroup: "" for cgroup v2
+    ("0::/path"), "cpu" for the v1 hierarchy holding the cpu controller."""
+    own = {}
+    for line in (_read(membership) or "").splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            own[""] = path
+        elif "cpu" in controllers.split(","):
+            own["cpu"] = path
+    return own
+
+
+def _levels(base: Path, path: str) -> list[Path]:
+    """`base` joined with `path` and each of its parents, down to `base` itself:
+    those that exist (a container's mount holds its own cgroup at `base`, and the
+    host's path under it does not exist)."""
+    parts = [part for part in path.split("/") if part and part not in (".", "..")]
+    levels = [base.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
+    return [level for level in levels if level.is_dir()]
+
+
+def _quota_period(limit: str) -> tuple[str, str]:
+    quota, _, period = limit.partition(" ")
+    return quota, period
 
 
 def _read(path: Path) -> str | None:

@@ -305,7 +305,38 @@ def _fake_cgroup(root, files):
     ],
 )  # fmt: skip
 def test_cgroup_cpus_reads_the_quota_of_v2_and_v1(tmp_path, files, expected):
-    assert _batch_shards.cgroup_cpus(_fake_cgroup(tmp_path, files)) == expected
+    membership = tmp_path / "proc-self-cgroup"
+    membership.write_text("0::/\n")
+    root = _fake_cgroup(tmp_path / "cgroup", files)
+    assert _batch_shards.cgroup_cpus(root, membership) == expected
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "expected"),
+    [
+        # v2 on a host: a slice above the process's own cgroup sets the quota.
+        ("0::/pods/a/job\n", {"cpu.max": "max 100000", "pods/a/cpu.max":
+          "400000 100000", "pods/a/job/cpu.max": "max 100000"}, 4),
+        # the smallest quota on the way up counts
+        ("0::/pods/a/job\n", {"pods/cpu.max": "300000 100000",
+          "pods/a/job/cpu.max": "100000 100000"}, 1),
+        # a container: its own cgroup is the mount root, the host path absent
+        ("0::/docker/0123\n", {"cpu.max": "200000 100000"}, 2),
+        # v1: the cpu controller's line names the path in its hierarchy
+        ("5:memory:/kube/pod\n4:cpu,cpuacct:/kube/pod\n",
+         {"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us":
+          "100000", "cpu,cpuacct/kube/cpu.cfs_quota_us": "300000",
+          "cpu,cpuacct/kube/cpu.cfs_period_us": "100000"}, 3),
+        ("", {"a/cpu.max": "100000 100000"}, None),  # unreadable membership: root
+    ],
+)  # fmt: skip
+def test_cgroup_cpus_reads_the_quotas_above_the_process_cgroup(
+    tmp_path, membership, files, expected
+):
+    path = tmp_path / "proc-self-cgroup"
+    path.write_text(membership)
+    root = _fake_cgroup(tmp_path / "cgroup", files)
+    assert _batch_shards.cgroup_cpus(root, path) == expected
 
 
 @TF_ONLY
