@@ -181,33 +181,26 @@ def test_docs_python_example_runs(example, tmp_path):
     run_python(source, tmp_path)
 
 
-@pytest.fixture(scope="module")
-def workdirs(tmp_path_factory):
-    """One scratch folder per page: a page's commands build on each other."""
-    folders: dict[Path, Path] = {}
-
-    def folder(page: Path) -> Path:
-        if page not in folders:
-            folders[page] = make_workdir(tmp_path_factory.mktemp(page.stem))
-        return folders[page]
-
-    return folder
+def shell_pages() -> list:
+    """Each page with its shell blocks, in order: one test per page."""
+    pages: dict[Path, list[str]] = {}
+    for page, block in shell_examples():
+        pages.setdefault(page, []).append(block)
+    return [
+        pytest.param(page, page_blocks_, id=str(page.relative_to(DOCS)))
+        for page, page_blocks_ in pages.items()
+    ]
 
 
-@pytest.mark.parametrize(
-    "example",
-    [
-        # A page's commands build on each other in one folder: one worker runs them
-        # all, in order (`--dist loadgroup`, setup.cfg). Split across workers, a
-        # command found no file its page had written before it.
-        pytest.param(example, marks=pytest.mark.xdist_group(example[0].name))
-        for example in shell_examples()
-    ],
-    ids=example_id,
-)
-def test_docs_shell_commands_run(example, workdirs, monkeypatch):
-    page, block = example
-    run_shell_block(block, workdirs(page), monkeypatch)
+@pytest.mark.parametrize(("page", "shell_blocks"), shell_pages())
+def test_docs_shell_commands_run(page, shell_blocks, tmp_path, monkeypatch):
+    """A page's commands build on each other (launcher.md writes msft.csv in one
+    block and reads it in a later one), so they run in one test, in order, in one
+    scratch folder: split into a test per block, xdist ran two blocks of one page on
+    two workers (in two folders) although they were grouped to run on one."""
+    workdir = make_workdir(tmp_path)
+    for block in shell_blocks:
+        run_shell_block(block, workdir, monkeypatch)
 
 
 def test_docs_home_opens_with_the_readme_commands():
