@@ -43,7 +43,7 @@ import os
 import time
 from pathlib import Path
 
-from timing import EPOCH_SECONDS, epoch_timer, hardware
+from timing import epoch_timer, hardware
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -208,11 +208,11 @@ def select(recipe, overrides, args) -> None:
         print_means,
         print_validation,
         select_then_seeds,
+        train_resumable,
     )
     from timing import cpu_line
 
     from rnnkit import config as config_lib
-    from rnnkit.training import runner
 
     chosen = parse_candidates(args.candidates, CANDIDATES)
     seeds = parse_seeds(args.seeds)
@@ -231,15 +231,7 @@ def select(recipe, overrides, args) -> None:
 
     def train(name, candidate, seed, run_dir):
         config = configure(candidate, seed)
-        timer = epoch_timer(record=Path(run_dir) / EPOCH_SECONDS)
-        result = runner.run(
-            recipe,
-            config,
-            run_dir,
-            resume=Path(run_dir).exists(),  # an interrupted run (`resumable`)
-            verbose=2,
-            callbacks=[timer],
-        )
+        result, seconds = train_resumable(recipe, config, run_dir)
         kept = kept_epoch(result.history)
         table = result.metrics["test"]
         test = dict(table["model"])
@@ -250,10 +242,10 @@ def select(recipe, overrides, args) -> None:
             "validation": {**dev, "loss": kept["val_loss"]},
             "validation_crossentropy": kept.get("val_crossentropy"),
             "test": test,
-            "epochs": len(timer.seconds),
+            "epochs": len(seconds),
             "kept_epoch": int(kept["epoch"]) if "epoch" in kept else None,
-            "seconds_per_epoch": sum(timer.seconds) / max(len(timer.seconds), 1),
-            "training_minutes": sum(timer.seconds) / 60,
+            "seconds_per_epoch": sum(seconds) / max(len(seconds), 1),
+            "training_minutes": sum(seconds) / 60,
         }
 
     summary = {}

@@ -104,6 +104,26 @@ def interrupted_run(recipe: Any, config: Any, run_dir: Path) -> bool:
     return recorded.to_dict() == config.to_dict()
 
 
+def train_resumable(recipe: Any, config: Any, run_dir: Path, max_minutes: float = 0.0):
+    """One selection run through `runner.run`, continued from its backup when
+    `run_dir` exists (an interrupted run `resumable` kept), its epoch times recorded
+    in the run directory; returns the run's result and its epochs' seconds."""
+    from timing import EPOCH_SECONDS, epoch_timer
+
+    from rnnkit.training import runner
+
+    timer = epoch_timer(max_minutes, record=Path(run_dir) / EPOCH_SECONDS)
+    result = runner.run(
+        recipe,
+        config,
+        run_dir,
+        resume=Path(run_dir).exists(),
+        verbose=2,
+        callbacks=[timer],
+    )
+    return result, timer.seconds
+
+
 def select_then_seeds(
     candidates: Mapping[str, Mapping[str, Any]],
     train: Callable[[str, Mapping[str, Any], int, Path], dict[str, Any]],

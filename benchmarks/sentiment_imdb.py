@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from timing import EPOCH_SECONDS, epoch_timer
+from timing import epoch_timer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -167,10 +167,9 @@ def select(recipe, config, args) -> None:
         print_means,
         print_validation,
         select_then_seeds,
+        train_resumable,
     )
     from timing import cpu_line
-
-    from rnnkit.training import runner
 
     candidates = parse_candidates(args.candidates, CANDIDATES)
     seeds = parse_seeds(args.seeds)
@@ -182,21 +181,13 @@ def select(recipe, config, args) -> None:
             "evaluation.baselines": False,
         }
         run_config = config.with_values(settings)
-        timer = epoch_timer(record=Path(run_dir) / EPOCH_SECONDS)
-        result = runner.run(
-            recipe,
-            run_config,
-            run_dir,
-            resume=Path(run_dir).exists(),  # an interrupted run (`resumable`)
-            verbose=2,
-            callbacks=[timer],
-        )
+        result, seconds = train_resumable(recipe, run_config, run_dir)
         kept = kept_epoch(result.history)
         return {
             "validation": {"accuracy": kept["val_accuracy"], "loss": kept["val_loss"]},
             "test": result.metrics["test"]["model"],
-            "epochs": len(timer.seconds),
-            "training_minutes": sum(timer.seconds) / 60,
+            "epochs": len(seconds),
+            "training_minutes": sum(seconds) / 60,
         }
 
     ledger = select_then_seeds(

@@ -60,7 +60,7 @@ import logging
 import os
 from pathlib import Path
 
-from timing import EPOCH_SECONDS, epoch_timer, hardware
+from timing import epoch_timer, hardware
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -333,9 +333,8 @@ def select(recipe, config, args, architecture="rnn", prefixed=False):
         print_means,
         print_validation,
         select_then_seeds,
+        train_resumable,
     )
-
-    from rnnkit.training import runner
 
     first = args.architectures.split(",")[0]
     names = []
@@ -350,24 +349,16 @@ def select(recipe, config, args, architecture="rnn", prefixed=False):
 
     def train_one(name, overrides, seed, run_dir):
         run_config = config.with_values({**overrides, "train.seed": seed})
-        timer = epoch_timer(args.max_minutes, record=Path(run_dir) / EPOCH_SECONDS)
-        result = runner.run(
-            recipe,
-            run_config,
-            run_dir,
-            resume=Path(run_dir).exists(),  # an interrupted run (`resumable`)
-            verbose=2,
-            callbacks=[timer],
-        )
+        result, seconds = train_resumable(recipe, run_config, run_dir, args.max_minutes)
         test = result.metrics["test"]["model"]
         return {
             "validation": {
                 "bleu": validation_bleu(recipe, run_config, run_dir, args.limit)
             },
             "test": {k: test[k] for k in ("bleu", "bleu_greedy", "chrf") if k in test},
-            "epochs": len(timer.seconds),
-            "training_minutes": sum(timer.seconds) / 60,
-            **side_by_side_figures(recipe, run_config, run_dir, timer.seconds),
+            "epochs": len(seconds),
+            "training_minutes": sum(seconds) / 60,
+            **side_by_side_figures(recipe, run_config, run_dir, seconds),
         }
 
     ledger = select_then_seeds(
