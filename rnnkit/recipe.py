@@ -101,6 +101,12 @@ Optional hooks (defaults do nothing or refuse):
   in `format` ("saved_model", "tflite", "onnx"), as an `rnnkit.export.ExportPlan`
   (signatures, LiteRT / ONNX artefacts, vocabulary files, formats refused and why).
   `rnnkit export RUN_DIR` calls it. Default: None, "this recipe declares no export".
+- `split_keys`: the dotted config keys that decide which examples of one source land
+  in which split (default: `data.split_seed`, `data.validation_fraction`,
+  `data.test_fraction`, those the config has). `rnnkit evaluate RUN_DIR --set KEY=V`
+  refuses another value of one of them on the run's own data, since the test split
+  would then hold examples the model trained on (`check_same_split`). A split drawn
+  from a seed draws it from such a key, never from `train.seed`.
 - `predict_options`: options of `rnnkit predict` that set config values for that
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
@@ -111,11 +117,11 @@ What the commands call
 `rnnkit run` resolves the config, calls `check_config`, `load_data`, `build_model`,
 fits, then `evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
 `model.keras` and `config.toml`, sets `data.path` to PATH if given, and calls
-`load_data` and `evaluate` (no training). `rnnkit predict RUN_DIR INPUT...` reloads them
-and calls `predict` without loading any data. `rnnkit export RUN_DIR --format F`
-reloads them and writes what `export_plan` declares. `rnnkit tune` calls
-`search_space` and `build_model` once per trial and minimises `objective` on the
-validation split.
+`load_data` and `evaluate` (no training; `check_same_split` first). `rnnkit predict
+RUN_DIR INPUT...` reloads them and calls `predict` without loading any data. `rnnkit
+export RUN_DIR --format F` reloads them and writes what `export_plan` declares. `rnnkit
+tune` calls `search_space` and `build_model` once per trial and minimises `objective`
+on the validation split.
 """
 
 from __future__ import annotations
@@ -181,6 +187,11 @@ class Recipe:
     Config: ClassVar[type[RecipeConfig]] = RecipeConfig
     objective: ClassVar[str] = "val_loss"
     predict_options: ClassVar[dict[str, str]] = {}
+    split_keys: ClassVar[tuple[str, ...]] = (
+        "data.split_seed",
+        "data.validation_fraction",
+        "data.test_fraction",
+    )
 
     def load_data(self, config: RecipeConfig) -> RecipeData:
         """The train / validation / test splits (and metadata) for `config`."""
@@ -248,6 +259,24 @@ class Recipe:
                 f"evaluation.folds={config.evaluation.folds}: recipe {self.name!r} "
                 "has no walk-forward backtest; set evaluation.folds=0"
             )
+
+    def check_same_split(self, config: RecipeConfig, overrides: dict) -> None:
+        """Raises ConfigError when `overrides` (dotted key: value) of a trained run's
+        `config` would cut the run's own data another way (a `split_keys` value other
+        than the run's), so that its test split would hold examples the model trained
+        on. Other data (`data.path` changed) is split its own way."""
+        if "data.path" in overrides and overrides["data.path"] != config.get(
+            "data.path"
+        ):
+            return
+        for key in self.split_keys:
+            if key in overrides and overrides[key] != config.get(key):
+                raise ConfigError(
+                    f"--set {key}={overrides[key]}: the run's data would be split "
+                    f"another way (it trained with {key}={config.get(key)}), so the "
+                    "test split would hold data the model trained on; evaluate on the "
+                    f"run's split (drop --set {key}) or on other data (--data PATH)"
+                )
 
     def backtest_folds(
         self, data: RecipeData, config: RecipeConfig

@@ -47,6 +47,13 @@ class SentimentDataConfig(DataConfig):
         above=0.0,
         below=1.0,
     )
+    split_seed: int = field(
+        0,
+        help="Seed of the test split held out of a file without data.test_path, and "
+        "of a data.limit sample of the test split (not train.seed, so that every seed "
+        "and every evaluation tests on the same examples).",
+        at_least=0,
+    )
     limit: int = field(
         0,
         help="Keep a stratified sample of at most this many examples per split "

@@ -49,6 +49,7 @@ def load(config: SentimentConfig) -> SentimentData:
         test_fraction=data_config.test_fraction,
         limit=data_config.limit,
         seed=config.train.seed,
+        split_seed=data_config.split_seed,
     )
     if not class_names and text.class_names == ("0", "1"):
         text = dataclasses.replace(

@@ -196,6 +196,7 @@ def load_text_classification(
     limit: int = 0,
     seed: int = 0,
     tfds_data_dir: str | None = None,
+    split_seed: int = 0,
 ) -> TextClassificationData:
     """Loads, cleans, maps and splits labelled text from the source `path` names.
 
@@ -207,6 +208,11 @@ def load_text_classification(
     stratified and seeded, so early stopping never sees the test split. `limit` > 0
     keeps a stratified sample of at most that many examples per split before the
     validation split is carved out (for quick trials on large data).
+
+    Two seeds: `split_seed` draws the test split cut from a file and the `limit`
+    sample of the test split, `seed` the validation split and the training sample.
+    Runs with several training seeds, and an evaluation with another one, so test
+    on the same examples, never on ones that another seed trained on.
     """
     if not 0 < validation_fraction < 1 or not 0 <= test_fraction < 1:
         raise DataError(
@@ -242,11 +248,13 @@ def load_text_classification(
         )
     if test_part is None:
         test_index, train_index = stratified_split(
-            train.split.labels, [test_fraction], seed
+            train.split.labels, [test_fraction], split_seed
         )
         test = _subset(train.split, test_index)
         train_split = _subset(train.split, train_index)
-        notes.append(f"test split: {test_fraction:.0%} of the data (seed {seed})")
+        notes.append(
+            f"test split: {test_fraction:.0%} of the data (split seed {split_seed})"
+        )
     else:
         test = _labelled_split(*test_part, class_names or names, "test", notes).split
         train_split = train.split
@@ -254,7 +262,7 @@ def load_text_classification(
         train_split = _subset(
             train_split, stratified_sample(train_split.labels, limit, seed)
         )
-        test = _subset(test, stratified_sample(test.labels, limit, seed))
+        test = _subset(test, stratified_sample(test.labels, limit, split_seed))
         notes.append(f"data.limit: at most {limit} examples per split")
     validation_index, fit_index = stratified_split(
         train_split.labels, [validation_fraction], seed

@@ -82,6 +82,27 @@ def test_single_file_is_split_reproducibly(tmp_path):
     assert any("test split: 20%" in note for note in first.notes)
 
 
+def test_the_test_split_follows_the_split_seed_not_the_training_seed(tmp_path):
+    """Runs with other training seeds (and an evaluation with another one) test on
+    the same reviews, never on ones another seed trained on; `split_seed` moves it."""
+    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 50)
+    first = text.load_text_classification(path, test_fraction=0.2, seed=1)
+    other_seed = text.load_text_classification(path, test_fraction=0.2, seed=2)
+    assert list(first.test.texts) == list(other_seed.test.texts)
+    assert list(first.validation.texts) != list(other_seed.validation.texts)
+    moved = text.load_text_classification(path, test_fraction=0.2, seed=1, split_seed=7)
+    assert set(moved.test.texts) != set(first.test.texts)
+    assert not set(moved.test.texts) & set(moved.train.texts)
+    assert any("split seed 7" in note for note in moved.notes)
+    # A data.limit sample of a test file is the split seed's too.
+    test = write_imdb_csv(tmp_path / "test.csv", "test", 50)
+    samples = [
+        text.load_text_classification(path, test, limit=30, seed=seed).test.texts
+        for seed in (1, 2)
+    ]
+    assert list(samples[0]) == list(samples[1])
+
+
 def test_limit_keeps_a_stratified_sample_per_split(tmp_path):
     train = write_imdb_csv(tmp_path / "train.csv", "train", 50)
     test = write_imdb_csv(tmp_path / "test.csv", "test", 50)

@@ -16,7 +16,7 @@ from rnnkit_recipes.sentiment.recipe import SentimentConfig, SentimentRecipe
 
 from rnnkit import config as config_lib
 from rnnkit.cli import main
-from rnnkit.errors import DataError
+from rnnkit.errors import ConfigError, DataError
 from tests.sentiment_support import (
     ROOT,
     SENTIMENT_DATA,
@@ -244,6 +244,19 @@ def test_config_files_hold_the_defaults_and_imdb_the_same_model():
     assert imdb.model == defaults.model and imdb.train == defaults.train
     for key in ("vocabulary_size", "sequence_length", "keep"):
         assert getattr(imdb.data, key) == getattr(defaults.data, key), key
+
+
+def test_evaluate_refuses_another_cut_of_the_run_reviews():
+    """The recipe contract's split keys: another test cut of the run's own file would
+    hold reviews the model trained on; the run's own value and other data pass."""
+    recipe, config = SentimentRecipe(), SentimentConfig()
+    assert "data.split_seed" in recipe.split_keys
+    with pytest.raises(ConfigError, match=r"--set data.split_seed=3: .*split another"):
+        recipe.check_same_split(config, {"data.split_seed": 3})
+    with pytest.raises(ConfigError, match="drop --set data.test_fraction"):
+        recipe.check_same_split(config, {"data.test_fraction": 0.3})
+    recipe.check_same_split(config, {"data.split_seed": 0, "train.seed": 5})
+    recipe.check_same_split(config, {"data.path": "other.csv", "data.split_seed": 3})
 
 
 def test_search_space_sets_the_documented_keys():
