@@ -166,22 +166,111 @@ def test_epoch_times_of_a_resumed_run_include_the_earlier_process(tmp_path):
     assert json.loads(record.read_text()) == resumed.seconds
 
 
+CAPTIONING_LEDGERS = ROOT / "benchmarks/ledgers/captioning"
+# The README's row label of each captioning candidate, and the ledger that holds it.
+CAPTIONING_ROWS = {
+    "mobilenet_attention": ("mobilenet_attention", "attention, lambda 0.1"),
+    "mobilenet_attention_penalty1": ("mobilenet_attention", "attention, lambda 1"),
+    "mobilenet_attention_no_penalty": ("mobilenet_attention", "attention, lambda 0"),
+    "mobilenet_mean": ("mobilenet_mean", "no attention"),
+}
+
+
+def _captioning_ledger(system: str) -> dict:
+    return json.loads((CAPTIONING_LEDGERS / system / "selection.json").read_text())
+
+
+def _table(header: str) -> str:
+    """The one table of the captioning README that starts with `header`."""
+    readme = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
+    assert readme.count(header) == 1, header
+    return readme[readme.index(header) :].split("\n\n")[0]
+
+
+def _readme_row(readme: str, label: str) -> list[str]:
+    """The cells after the first of the one table row whose label starts so."""
+    rows = [line for line in readme.splitlines() if line.startswith(f"| {label}")]
+    assert len(rows) == 1, (label, rows)
+    return [cell.strip() for cell in rows[0].strip("|").split("|")][1:]
+
+
+def _row_label(readme: str, label: str) -> str:
+    """The first cell of the one table row whose label starts with `label`."""
+    rows = [line for line in readme.splitlines() if line.startswith(f"| {label} ")]
+    assert len(rows) == 1, (label, rows)
+    return rows[0].split("|")[1]
+
+
+def _mean_cell(values: list[float]) -> str:
+    mean, std = selection.mean_std(values)
+    return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
 @pytest.mark.parametrize("system", ["mobilenet_attention", "mobilenet_mean"])
 def test_captioning_readme_quotes_the_committed_ledger(system):
-    """The recipe README's test BLEU-4 of each system is the mean (and standard
-    deviation) over the seeds of the committed selection ledger's chosen candidate."""
-    ledger = json.loads(
-        (ROOT / "benchmarks/ledgers/captioning" / system / "selection.json").read_text()
-    )
-    chosen = [
-        record["test"]["bleu4"]
-        for key, record in ledger["runs"].items()
+    """Every figure of the README's test table for each system is its committed
+    selection ledger's: mean (and standard deviation) over the chosen candidate's
+    seeds of BLEU-1..4 with beam search, BLEU-4 greedy and dev, and the epochs; the
+    baselines' rows too, and the seed count the row names."""
+    ledger = _captioning_ledger(system)
+    runs = [  # every seed recorded, whichever command recorded it
+        run
+        for key, run in ledger["runs"].items()
         if key.split("/")[0] == ledger["chosen"]
     ]
-    mean, std = selection.mean_std(chosen)
-    figure = f"{mean:.2f} ± {std:.2f}" if len(chosen) > 1 else f"{mean:.2f}"
-    readme = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
-    assert f"**{figure}**" in readme, (system, figure)
+    readme = _table("| system | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | BLEU-4 greedy |")
+    label = CAPTIONING_ROWS[ledger["chosen"]][1]
+    seeds = f"({len(runs)} seeds)" if len(runs) > 1 else "(seed 1337"
+    assert seeds in _row_label(readme, label), (label, seeds)
+    cells = _readme_row(readme, f"{label} ")
+    expected = [
+        _mean_cell([run["test"][f"bleu{n}"] for run in runs]) for n in (1, 2, 3, 4)
+    ]
+    expected[3] = f"**{expected[3]}**"
+    expected.append(_mean_cell([run["test"]["bleu4_greedy"] for run in runs]))
+    expected.append(_mean_cell([run["validation"]["bleu4"] for run in runs]))
+    epochs = sorted(run["epochs"] for run in runs)
+    epochs_cell = (
+        f"{epochs[0]}-{epochs[-1]}" if epochs[0] != epochs[-1] else str(epochs[0])
+    )
+    assert cells == [*expected, epochs_cell], system
+    readme_text = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
+    per_seed = [
+        ln for ln in readme_text.splitlines() if ln.startswith("Test BLEU-4 per")
+    ]
+    for key, run in ledger["runs"].items():
+        name, seed = key.split("/seed")
+        if name == ledger["chosen"]:
+            assert f"{run['test']['bleu4']:.2f} (seed {seed})" in per_seed[0], key
+    for baseline, key in (("consensus caption", "consensus"),
+                          ("nearest neighbour", "nearest_neighbour")):  # fmt: skip
+        figures = [f"{runs[0]['test'][f'{key}_bleu{n}']:.2f}" for n in (1, 2, 3, 4)]
+        assert _readme_row(readme, baseline)[:4] == figures, baseline
+
+
+def test_captioning_readme_selection_table_is_the_ledgers_seed_1337():
+    """The dev table that chose the configuration: each candidate's seed-1337 dev
+    beam BLEU-4, dev cross-entropy and epochs (kept) as the ledgers recorded them;
+    the bold one is the best on dev and the one the attention ledger chose."""
+    table = _table("| candidate | dev BLEU-4 | dev cross-entropy |")
+    best = max(
+        CAPTIONING_ROWS,
+        key=lambda name: (
+            _captioning_ledger(CAPTIONING_ROWS[name][0])["runs"][f"{name}/seed1337"][
+                "validation"
+            ]["bleu4"]
+            if CAPTIONING_ROWS[name][0] == "mobilenet_attention"
+            else -1
+        ),
+    )
+    assert _captioning_ledger("mobilenet_attention")["chosen"] == best
+    for name, (system, label) in CAPTIONING_ROWS.items():
+        run = _captioning_ledger(system)["runs"][f"{name}/seed1337"]
+        figure = f"{run['validation']['bleu4']:.2f}"
+        cells = _readme_row(table, f"{label} ")
+        assert cells[0] == (f"**{figure}**" if name == best else figure), name
+        assert cells[1] == f"{run['validation_crossentropy']:.3f}", name
+        assert cells[2] == f"{run['epochs']} ({run['kept_epoch']})", name
 
 
 def test_attention_statistics_of_uniform_and_hard_attention():
