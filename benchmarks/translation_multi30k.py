@@ -298,6 +298,11 @@ SIDE_BY_SIDE = (
 def print_side_by_side(rows: dict, what: str) -> None:
     """One column per architecture, one row per figure."""
     names = list(rows)
+    for name in names:
+        for key, seeds in rows[name].get("seeds", {}).items():
+            label = dict((k, text) for k, text, _ in SIDE_BY_SIDE)[key]
+            print(f"{name}: {label} from seeds {seeds or 'none'} only (the other "
+                  "runs were recorded before it was measured)")  # fmt: skip
     print(f"\nside by side on test2016 ({what}):")
     print(f"  {'':<18}" + "".join(f"{name:>14}" for name in names))
     for key, label, spec in SIDE_BY_SIDE:
@@ -307,20 +312,24 @@ def print_side_by_side(rows: dict, what: str) -> None:
 
 
 def mean_figures(ledger) -> dict:
-    """The mean of each test and side-by-side figure over the chosen runs."""
+    """The mean of each test and side-by-side figure over the chosen runs, and under
+    "seeds" {figure: the seeds it averages} for a figure that some runs lack (a run
+    recorded before the side-by-side figures were measured)."""
     from selection import chosen_runs, mean_std
 
-    records = [record for _, record in chosen_runs(ledger)]
-    figures = {}
+    rows = chosen_runs(ledger)
+    figures, partial = {}, {}
     for key, _, _ in SIDE_BY_SIDE:
-        values = [
-            record["test"].get(key, record.get(key))
-            for record in records
+        found = {
+            seed: record["test"].get(key, record.get(key))
+            for seed, record in rows
             if key in record["test"] or key in record
-        ]
-        if values:
-            figures[key] = mean_std(values)[0]
-    return figures
+        }
+        if found:
+            figures[key] = mean_std(list(found.values()))[0]
+        if len(found) < len(rows):
+            partial[key] = sorted(found)
+    return {**figures, "seeds": partial}
 
 
 def select(recipe, config, args, architecture="rnn", prefixed=False):

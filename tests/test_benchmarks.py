@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import captioning_attention  # noqa: E402
 import selection  # noqa: E402
 import timing  # noqa: E402
+import translation_multi30k  # noqa: E402
 
 from rnnkit import config as config_lib  # noqa: E402
 from rnnkit import registry  # noqa: E402
@@ -291,3 +292,29 @@ def test_attention_statistics_of_uniform_and_hard_attention():
     assert figures["locations"] == pytest.approx(1.0)
     assert figures["peak"] == 1.0
     assert figures["coverage"] == pytest.approx((locations - words) / words)
+
+
+def test_side_by_side_means_name_the_seeds_a_figure_lacks(capsys):
+    """A chosen run recorded before the side-by-side figures existed: its test
+    figures count in the means, and the figures it lacks say which seeds they are."""
+    side = {"parameters": 100, "minutes_to_best": 30.0}
+    ledger = {
+        "chosen": "a",
+        "seeds": [1337, 2],
+        "runs": {
+            "a/seed1337": {"test": {"bleu": 30.0, "chrf": 50.0}},
+            "a/seed2": {"test": {"bleu": 32.0, "chrf": 52.0}, **side},
+            "b/seed1337": {"test": {"bleu": 0.0}, "parameters": 1},
+        },
+    }
+    figures = translation_multi30k.mean_figures(ledger)
+    assert figures["bleu"] == pytest.approx(31.0)
+    assert figures["chrf"] == pytest.approx(51.0)
+    assert figures["parameters"] == 100
+    assert figures["seeds"]["parameters"] == [2]
+    assert figures["seeds"]["bleu_greedy"] == []
+    assert "bleu" not in figures["seeds"]
+    translation_multi30k.print_side_by_side({"rnn": figures}, "means")
+    printed = capsys.readouterr().out
+    assert "rnn: parameters from seeds [2] only" in printed
+    assert "rnn: greedy BLEU from seeds none only" in printed
