@@ -627,6 +627,12 @@ def _flatten_toml(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return flat
 
 
+def toml_keys(path: str | Path) -> set[str]:
+    """The dotted keys a TOML config file sets. A run's config.toml sets every key its
+    recipe's config had when it ran, except those left None (written as comments)."""
+    return set(_flatten_toml(read_toml(path), Path(path)))
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The tables of a TOML config file, unchecked; a missing, unreadable or invalid
     file is a one-line `ConfigError`."""

@@ -127,7 +127,8 @@ on the validation split.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -141,6 +142,8 @@ from rnnkit.config import (
     section,
 )
 from rnnkit.errors import ConfigError, DataError, RnnkitError
+
+log = logging.getLogger("rnnkit")
 
 if TYPE_CHECKING:
     import keras
@@ -260,16 +263,37 @@ class Recipe:
                 "has no walk-forward backtest; set evaluation.folds=0"
             )
 
-    def check_same_split(self, config: RecipeConfig, overrides: dict) -> None:
+    def check_same_split(
+        self,
+        config: RecipeConfig,
+        overrides: dict,
+        recorded: Collection[str] | None = None,
+    ) -> None:
         """Raises ConfigError when `overrides` (dotted key: value) of a trained run's
         `config` would cut the run's own data another way (a `split_keys` value other
         than the run's), so that its test split would hold examples the model trained
-        on. Other data (`data.path` changed) is split its own way."""
-        if "data.path" in overrides and overrides["data.path"] != config.get(
-            "data.path"
-        ):
+        on. Other data (`data.path` changed) is split its own way.
+
+        `recorded`: the keys the run's config.toml sets. A split key it lacks is
+        younger than the run, which split its data some other way (a seed from
+        `train.seed`, or no shuffle): it may be set, and left unset it draws a
+        warning, since today's default may not be the run's split."""
+        path = overrides.get("data.path", config.get("data.path"))
+        if path != config.get("data.path"):
             return
+        flat = config.flat()
         for key in self.split_keys:
+            if recorded is not None and key in flat and key not in recorded:
+                if key not in overrides and flat[key] is not None:
+                    log.warning(
+                        "warning: the run's config.toml predates %s, so its data "
+                        "may have been split otherwise than with today's %s=%s; "
+                        "the test figures may count examples it trained on (set "
+                        "--set %s=N as the run split them, or evaluate on other "
+                        "data with --data PATH)",
+                        key, key, flat[key], key,
+                    )  # fmt: skip
+                continue
             if key in overrides and overrides[key] != config.get(key):
                 raise ConfigError(
                     f"--set {key}={overrides[key]}: the run's data would be split "

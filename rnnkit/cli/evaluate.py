@@ -37,13 +37,16 @@ def evaluate(
     import keras
 
     from rnnkit.training import runner
+    from rnnkit.training.run_dir import CONFIG_FILE
 
     with user_errors():
         recipe, config, model = runner.load_run(run_dir, registry.load)
         overrides = config_lib.parse_assignments(recipe.Config, list(assignments))
         if data_path is not None:
             overrides["data.path"] = data_path
-        recipe.check_same_split(config, overrides)
+        recipe.check_same_split(
+            config, overrides, config_lib.toml_keys(run_dir / CONFIG_FILE)
+        )
         config = config.with_values(overrides)
         keras.utils.set_random_seed(config.train.seed)
         metrics = {"test": recipe.evaluate(model, recipe.load_data(config), config)}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import shutil
 import socket
 import subprocess
 import sys
@@ -257,6 +259,35 @@ def test_evaluate_refuses_another_cut_of_the_run_reviews():
         recipe.check_same_split(config, {"data.test_fraction": 0.3})
     recipe.check_same_split(config, {"data.split_seed": 0, "train.seed": 5})
     recipe.check_same_split(config, {"data.path": "other.csv", "data.split_seed": 3})
+
+
+def test_evaluate_warns_on_a_run_older_than_its_split_seed(smoke_run, tmp_path, caplog):
+    """A run whose config.toml has no data.split_seed split its data otherwise (with
+    train.seed): evaluate says today's split may not be the run's, and takes the
+    run's own seed without refusing it."""
+    run_dir, _ = smoke_run
+    old_run = tmp_path / "old_run"
+    shutil.copytree(run_dir, old_run)
+    config_file = old_run / "config.toml"
+    lines = config_file.read_text().splitlines(keepends=True)
+    config_file.write_text("".join(ln for ln in lines if "split_seed" not in ln))
+    with caplog.at_level(logging.WARNING, logger="rnnkit"):
+        result = invoke("evaluate", str(old_run))
+    assert result.exit_code == 0, result.output[-2000:]
+    warned = [r.getMessage() for r in caplog.records if "predates" in r.getMessage()]
+    assert len(warned) == 1 and "data.split_seed" in warned[0], warned
+    assert "--set data.split_seed=N" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rnnkit"):
+        result = invoke("evaluate", str(old_run), "--set", "data.split_seed=1337")
+    assert result.exit_code == 0, result.output[-2000:]
+    assert not [r for r in caplog.records if "predates" in r.getMessage()]
+    # The run's own config.toml records the key: no warning, and another is refused.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rnnkit"):
+        result = invoke("evaluate", str(run_dir))
+    assert result.exit_code == 0
+    assert not [r for r in caplog.records if "predates" in r.getMessage()]
 
 
 def test_search_space_sets_the_documented_keys():
