@@ -16,7 +16,7 @@ name. A directory with `config.toml` and no `run.json` is an interrupted run, wh
 `--resume` continues. New directories are claimed with one `mkdir` that fails when
 the name is taken, so runs started together never share one; a directory given with
 `--run-dir` is claimed by creating its empty `.claimed` file, which fails when another
-run created it first.
+run created it first. A finished run removes `.claimed` before it writes `run.json`.
 """
 
 from __future__ import annotations

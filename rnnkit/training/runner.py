@@ -355,6 +355,9 @@ def _train_and_write(
         )
     recipe.write_plots(model, data, config, plot_dir)
 
+    # The claim kept other runs out of a directory that might have looked empty; a
+    # finished run's directory is full, and its listing holds only what it made.
+    (run_dir / CLAIM_FILE).unlink(missing_ok=True)
     finished = time.time()
     write_json(
         run_dir / RUN_FILE,
@@ -374,9 +377,7 @@ def _train_and_write(
             "resumed": resume,
             "versions": versions(),
             "files": sorted(
-                str(p.relative_to(run_dir))
-                for p in run_dir.rglob("*")
-                if p.is_file() and p.name != CLAIM_FILE
+                str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
             ),
         },
     )

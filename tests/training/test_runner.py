@@ -14,6 +14,7 @@ from rnnkit.config import DataConfig, TrainConfig, field, section
 from rnnkit.errors import ConfigError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 from rnnkit.training import runner
+from rnnkit.training.run_dir import CLAIM_FILE
 from tests.stock_support import ROOT
 
 
@@ -98,6 +99,10 @@ def test_run_writes_the_run_directory(tmp_path):
     run_info = json.loads((run_dir / "run.json").read_text())
     assert run_info["recipe"] == "toy" and run_info["status"] == "completed"
     assert run_info["epochs"] == 4
+    # The claim is gone and the listing is the directory's.
+    assert not (run_dir / CLAIM_FILE).exists()
+    made = [p for p in run_dir.rglob("*") if p.is_file() and p.name != "run.json"]
+    assert run_info["files"] == sorted(str(p.relative_to(run_dir)) for p in made)
     # run.json is the last file written: every other file is older or as old.
     newest = max(p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file())
     assert (run_dir / "run.json").stat().st_mtime_ns == newest
