@@ -288,8 +288,8 @@ class Recipe:
                     log.warning(
                         "warning: the run's config.toml predates %s, so its data "
                         "may have been split otherwise than with today's %s=%s; "
-                        "the test figures may count examples it trained on (set "
-                        "--set %s=N as the run split them, or evaluate on other "
+                        "the test figures may count examples it trained on (give "
+                        "the run's value with --set %s=VALUE, or evaluate on other "
                         "data with --data PATH)",
                         key, key, flat[key], key,
                     )  # fmt: skip

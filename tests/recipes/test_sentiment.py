@@ -276,7 +276,7 @@ def test_evaluate_warns_on_a_run_older_than_its_split_seed(smoke_run, tmp_path, 
     assert result.exit_code == 0, result.output[-2000:]
     warned = [r.getMessage() for r in caplog.records if "predates" in r.getMessage()]
     assert len(warned) == 1 and "data.split_seed" in warned[0], warned
-    assert "--set data.split_seed=N" in warned[0]
+    assert "--set data.split_seed=VALUE" in warned[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="rnnkit"):
         result = invoke("evaluate", str(old_run), "--set", "data.split_seed=1337")
