@@ -298,11 +298,11 @@ SIDE_BY_SIDE = (
 def print_side_by_side(rows: dict, what: str) -> None:
     """One column per architecture, one row per figure."""
     names = list(rows)
+    labels = {key: label for key, label, _ in SIDE_BY_SIDE}
     for name in names:
         for key, seeds in rows[name].get("seeds", {}).items():
-            label = dict((k, text) for k, text, _ in SIDE_BY_SIDE)[key]
-            print(f"{name}: {label} from seeds {seeds or 'none'} only (the other "
-                  "runs were recorded before it was measured)")  # fmt: skip
+            print(f"{name}: {labels[key]} from seeds {seeds or 'none'} only (the "
+                  "other runs were recorded before it was measured)")  # fmt: skip
     print(f"\nside by side on test2016 ({what}):")
     print(f"  {'':<18}" + "".join(f"{name:>14}" for name in names))
     for key, label, spec in SIDE_BY_SIDE:

@@ -201,8 +201,8 @@ def captioning_picture(
 
     path = output / "captioning_attention.png"
     with Image.open(work / "attention_1.png") as image:
-        size = (round(image.width * 0.85), round(image.height * 0.85))
-        small = image.convert("RGB").resize(size, Image.Resampling.LANCZOS)
+        scaled = (round(image.width * 0.85), round(image.height * 0.85))
+        small = image.convert("RGB").resize(scaled, Image.Resampling.LANCZOS)
         small.quantize(256, dither=Image.Dither.NONE).save(path)
     return path
 

@@ -294,10 +294,10 @@ class Recipe:
                         key, key, flat[key], key,
                     )  # fmt: skip
                 continue
-            if key in overrides and overrides[key] != config.get(key):
+            if key in overrides and overrides[key] != flat.get(key):
                 raise ConfigError(
                     f"--set {key}={overrides[key]}: the run's data would be split "
-                    f"another way (it trained with {key}={config.get(key)}), so the "
+                    f"another way (it trained with {key}={flat.get(key)}), so the "
                     "test split would hold data the model trained on; evaluate on the "
                     f"run's split (drop --set {key}) or on other data (--data PATH)"
                 )

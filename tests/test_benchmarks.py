@@ -188,18 +188,11 @@ def _table(header: str) -> str:
     return readme[readme.index(header) :].split("\n\n")[0]
 
 
-def _readme_row(readme: str, label: str) -> list[str]:
-    """The cells after the first of the one table row whose label starts so."""
-    rows = [line for line in readme.splitlines() if line.startswith(f"| {label}")]
+def _row(table: str, label: str) -> list[str]:
+    """The cells of the one row of `table` whose first cell starts with `label`."""
+    rows = [line for line in table.splitlines() if line.startswith(f"| {label} ")]
     assert len(rows) == 1, (label, rows)
-    return [cell.strip() for cell in rows[0].strip("|").split("|")][1:]
-
-
-def _row_label(readme: str, label: str) -> str:
-    """The first cell of the one table row whose label starts with `label`."""
-    rows = [line for line in readme.splitlines() if line.startswith(f"| {label} ")]
-    assert len(rows) == 1, (label, rows)
-    return rows[0].split("|")[1]
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
 
 
 def _mean_cell(values: list[float]) -> str:
@@ -222,8 +215,8 @@ def test_captioning_readme_quotes_the_committed_ledger(system):
     readme = _table("| system | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | BLEU-4 greedy |")
     label = CAPTIONING_ROWS[ledger["chosen"]][1]
     seeds = f"({len(runs)} seeds)" if len(runs) > 1 else "(seed 1337"
-    assert seeds in _row_label(readme, label), (label, seeds)
-    cells = _readme_row(readme, f"{label} ")
+    label_cell, *cells = _row(readme, label)
+    assert seeds in label_cell, (label, seeds)
     expected = [
         _mean_cell([run["test"][f"bleu{n}"] for run in runs]) for n in (1, 2, 3, 4)
     ]
@@ -246,7 +239,7 @@ def test_captioning_readme_quotes_the_committed_ledger(system):
     for baseline, key in (("consensus caption", "consensus"),
                           ("nearest neighbour", "nearest_neighbour")):  # fmt: skip
         figures = [f"{runs[0]['test'][f'{key}_bleu{n}']:.2f}" for n in (1, 2, 3, 4)]
-        assert _readme_row(readme, baseline)[:4] == figures, baseline
+        assert _row(readme, baseline)[1:5] == figures, baseline
 
 
 def test_captioning_readme_selection_table_is_the_ledgers_seed_1337():
@@ -267,7 +260,7 @@ def test_captioning_readme_selection_table_is_the_ledgers_seed_1337():
     for name, (system, label) in CAPTIONING_ROWS.items():
         run = _captioning_ledger(system)["runs"][f"{name}/seed1337"]
         figure = f"{run['validation']['bleu4']:.2f}"
-        cells = _readme_row(table, f"{label} ")
+        cells = _row(table, label)[1:]
         assert cells[0] == (f"**{figure}**" if name == best else figure), name
         assert cells[1] == f"{run['validation_crossentropy']:.3f}", name
         assert cells[2] == f"{run['epochs']} ({run['kept_epoch']})", name
