@@ -106,7 +106,9 @@ Optional hooks (defaults do nothing or refuse):
   `data.test_fraction`, those the config has). `rnnkit evaluate RUN_DIR --set KEY=V`
   refuses another value of one of them on the run's own data, since the test split
   would then hold examples the model trained on (`check_same_split`). A split drawn
-  from a seed draws it from such a key, never from `train.seed`.
+  from a seed draws it from such a key, never from `train.seed`. A recipe whose data
+  sometimes come split already (one file per split) says which keys a config uses
+  with `split_keys_of(config)`.
 - `predict_options`: options of `rnnkit predict` that set config values for that
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
@@ -263,6 +265,11 @@ class Recipe:
                 "has no walk-forward backtest; set evaluation.folds=0"
             )
 
+    def split_keys_of(self, config: RecipeConfig) -> tuple[str, ...]:
+        """The `split_keys` that cut `config`'s data: all of them by default; none
+        where the data come split already (one file per split)."""
+        return self.split_keys
+
     def check_same_split(
         self,
         config: RecipeConfig,
@@ -282,7 +289,7 @@ class Recipe:
         if path != config.get("data.path"):
             return
         flat = config.flat()
-        for key in self.split_keys:
+        for key in self.split_keys_of(config):
             if recorded is not None and key in flat and key not in recorded:
                 if key not in overrides and flat[key] is not None:
                     log.warning(

@@ -58,6 +58,12 @@ class CaptioningRecipe(Recipe):
         super().check_config(config)
         _check(config)
 
+    def split_keys_of(self, config: CaptioningConfig) -> tuple[str, ...]:
+        data = config.data
+        if data.format == "flickr8k" or "{split}" in (data.path or ""):
+            return ()  # the official split lists, or one COCO file per split
+        return self.split_keys
+
     def load_data(self, config: CaptioningConfig) -> CaptionData:
         from rnnkit_recipes.captioning import data
 

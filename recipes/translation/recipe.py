@@ -60,6 +60,13 @@ class TranslationRecipe(Recipe):
         super().check_config(config)
         _check(config)
 
+    def split_keys_of(self, config: TranslationConfig) -> tuple[str, ...]:
+        data = config.data
+        splits = (data.train_split, data.validation_split, data.test_split)
+        if data.format == "parallel" and all(splits):
+            return ()  # one pair of files per split: nothing is cut
+        return self.split_keys
+
     def load_data(self, config: TranslationConfig) -> TranslationData:
         from rnnkit_recipes.translation import data
 

@@ -508,3 +508,20 @@ def test_search_space_gives_a_valid_config():
 def test_configs_load():
     for path in (ROOT / "recipes" / "captioning" / "configs").glob("*.toml"):
         config_lib.load_toml(CaptioningConfig, path)
+
+
+def test_evaluate_refuses_another_cut_only_of_one_coco_file():
+    """Flickr8k's official split lists and one COCO file per split cut nothing, so a
+    split key may change there; one COCO file for all splits is cut by them."""
+    from rnnkit.errors import ConfigError
+
+    recipe = CaptioningRecipe()
+    flickr = CaptioningConfig()
+    recipe.check_same_split(flickr, {"data.split_seed": 3})
+    per_split = flickr.with_values(
+        {"data.format": "coco", "data.path": "captions_{split}.json"}
+    )
+    recipe.check_same_split(per_split, {"data.validation_fraction": 0.2})
+    one_file = flickr.with_values({"data.format": "coco", "data.path": "captions.json"})
+    with pytest.raises(ConfigError, match=r"--set data.split_seed=3: .*split another"):
+        recipe.check_same_split(one_file, {"data.split_seed": 3})

@@ -398,3 +398,24 @@ def test_runs_from_before_subword_vocabularies_still_predict_and_evaluate_says_w
     )  # fmt: skip
     with pytest.raises(DataError, match='set data.tokenizer = "word" in its config'):
         recipe.evaluate(model, data, config)
+
+
+def test_evaluate_refuses_another_cut_only_where_the_pairs_are_cut():
+    """A split key changes a run's test split only where the recipe cuts one file
+    (tab-separated pairs, or parallel files without a test split); with one pair of
+    files per split, as Multi30k, `--set data.split_seed=3` changes nothing and
+    passes."""
+    from rnnkit.errors import ConfigError
+
+    recipe = TranslationRecipe()
+    anki = TranslationConfig()
+    with pytest.raises(ConfigError, match=r"--set data.split_seed=3: .*split another"):
+        recipe.check_same_split(anki, {"data.split_seed": 3})
+    multi30k = config_lib.resolve(
+        TranslationConfig, str(ROOT / "recipes/translation/configs/multi30k_de_en.toml")
+    )
+    assert recipe.split_keys_of(multi30k) == ()
+    recipe.check_same_split(multi30k, {"data.split_seed": 3, "data.test_fraction": 0.3})
+    cut = multi30k.with_values({"data.test_split": ""})  # the test pairs cut from train
+    with pytest.raises(ConfigError, match="drop --set data.test_fraction"):
+        recipe.check_same_split(cut, {"data.test_fraction": 0.3})
