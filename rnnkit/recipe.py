@@ -267,7 +267,8 @@ class Recipe:
 
     def split_keys_of(self, config: RecipeConfig) -> tuple[str, ...]:
         """The `split_keys` that cut `config`'s data: all of them by default; none
-        where the data come split already (one file per split)."""
+        where the data come split already (one file per split). `check_same_split`
+        asks it of the run's config and of the config with the overrides."""
         return self.split_keys
 
     def check_same_split(
@@ -277,8 +278,9 @@ class Recipe:
         recorded: Collection[str] | None = None,
     ) -> None:
         """Raises ConfigError when `overrides` (dotted key: value) of a trained run's
-        `config` would cut the run's own data another way (a `split_keys` value other
-        than the run's), so that its test split would hold examples the model trained
+        `config` would cut the run's own data another way (a value of one of
+        `split_keys_of(config)` other than the run's, or a cut of data the run read
+        already split), so that its test split would hold examples the model trained
         on. Other data (`data.path` changed) is split its own way.
 
         `recorded`: the keys the run's config.toml sets. A split key it lacks is
@@ -289,7 +291,20 @@ class Recipe:
         if path != config.get("data.path"):
             return
         flat = config.flat()
-        for key in self.split_keys_of(config):
+        keys = self.split_keys_of(config)
+        if not keys and self.split_keys_of(config.with_values(overrides)):
+            settings = " ".join(
+                f"--set {key}={value}"
+                for key, value in overrides.items()
+                if key.startswith("data.")
+            )
+            raise ConfigError(
+                f"{settings}: the run read its data split already (one file per "
+                "split), and these settings would cut the test split out of them, "
+                "out of data the model trained on; evaluate on the run's split (drop "
+                "them) or on other data (--data PATH)"
+            )
+        for key in keys:
             if recorded is not None and key in flat and key not in recorded:
                 if key not in overrides and flat[key] is not None:
                     log.warning(

@@ -48,18 +48,22 @@ class TranslationDataConfig(DataConfig):
     )
     validation_fraction: float = field(
         0.05,
-        help="Share of a single-file corpus held out for validation.",
+        help="Share of the pairs held out for validation when no file holds them "
+        "(anki, or parallel with data.validation_split empty).",
         above=0.0,
         below=0.5,
     )
     test_fraction: float = field(
         0.02,
-        help="Share of a single-file corpus held out for testing.",
+        help="Share of the pairs held out for testing when no file holds them "
+        "(anki, or parallel with data.test_split empty).",
         above=0.0,
         below=0.5,
     )
     split_seed: int = field(
-        0, help="Seed of the split of a single-file corpus.", at_least=0
+        0,
+        help="Seed of the held-out cut (anki, or a parallel split left empty).",
+        at_least=0,
     )
     limit: int = field(
         0,

@@ -340,6 +340,16 @@ def _check(config: TranslationConfig) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"{key} must be at least 1, got {value}")
+    data = config.data
+    if data.format == "parallel" and data.train_split:
+        for key in ("validation_split", "test_split"):
+            if getattr(data, key) == data.train_split:
+                raise ConfigError(
+                    f"data.{key}={data.train_split!r} is the training split: its "
+                    "pairs would be pairs the model trained on; name another "
+                    "split's files, or leave it empty to cut it from the training "
+                    "pairs"
+                )
     if model.architecture == "transformer":
         for key in ("model.model_dim", "model.feedforward_dim", "model.max_positions"):
             if config.get(key) < 1:

@@ -419,3 +419,10 @@ def test_evaluate_refuses_another_cut_only_where_the_pairs_are_cut():
     cut = multi30k.with_values({"data.test_split": ""})  # the test pairs cut from train
     with pytest.raises(ConfigError, match="drop --set data.test_fraction"):
         recipe.check_same_split(cut, {"data.test_fraction": 0.3})
+    # Cutting the test split out of the files the run trained on, however asked.
+    for overrides in ({"data.test_split": ""}, {"data.format": "anki"}):
+        with pytest.raises(ConfigError, match="would cut the test split out of them"):
+            recipe.check_same_split(multi30k, overrides)
+    recipe.check_same_split(multi30k, {"data.test_split": "test_2017_flickr"})
+    with pytest.raises(ConfigError, match="data.test_split='train' is the training"):
+        recipe.check_config(multi30k.with_values({"data.test_split": "train"}))
