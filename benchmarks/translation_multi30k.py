@@ -43,14 +43,16 @@ side-by-side table holds their means over the seeds.
 
 `--select` chooses label smoothing on the validation split (see selection.py): each of
 CANDIDATES trains with the first seed, with at most `--epochs` (default 20) epochs and
-early stopping on the validation loss (patience 3), so the number of epochs is chosen
-on validation too; the candidates are compared on beam-search sacreBLEU of val. The
-best then trains with the other seeds, and its test2016 figures are printed as mean
-and standard deviation. The config's 12 epochs and label smoothing 0.1 had been chosen
-by looking at test2016 (docs/performance.md, "Translation: history").
-`benchmarks/ledgers/translation_select.json` holds the runs of that selection finished
-so far; to resume it, copy it to RUNS/selection.json (RUNS/rnn/ with several
-architectures) before running `--select`.
+early stopping on the validation loss (the config's patience: 3 for the GRU, 5 for the
+Transformer), so the number of epochs is chosen on validation too; the candidates are
+compared on beam-search sacreBLEU of val. The best then trains with the other seeds,
+and its test2016 figures are printed as mean and standard deviation. The GRU config's
+earlier 12 epochs and label smoothing 0.1 had been chosen by looking at test2016
+(docs/performance.md, "Translation: history").
+`benchmarks/ledgers/translation/ARCHITECTURE/selection.json` holds the runs of that
+selection finished so far (the recipe README quotes them); to resume it, copy it to
+RUNS/ARCHITECTURE/selection.json (RUNS/selection.json with one architecture) before
+running `--select`.
 """
 
 from __future__ import annotations

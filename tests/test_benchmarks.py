@@ -181,9 +181,9 @@ def _captioning_ledger(system: str) -> dict:
     return json.loads((CAPTIONING_LEDGERS / system / "selection.json").read_text())
 
 
-def _table(header: str) -> str:
-    """The one table of the captioning README that starts with `header`."""
-    readme = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
+def _table(header: str, recipe: str = "captioning") -> str:
+    """The one table of the recipe's README that starts with `header`."""
+    readme = (ROOT / "recipes" / recipe / "README.md").read_text("utf-8")
     assert readme.count(header) == 1, header
     return readme[readme.index(header) :].split("\n\n")[0]
 
@@ -264,6 +264,125 @@ def test_captioning_readme_selection_table_is_the_ledgers_seed_1337():
         assert cells[0] == (f"**{figure}**" if name == best else figure), name
         assert cells[1] == f"{run['validation_crossentropy']:.3f}", name
         assert cells[2] == f"{run['epochs']} ({run['kept_epoch']})", name
+
+
+TRANSLATION_LEDGERS = ROOT / "benchmarks/ledgers/translation"
+# The README's column of each architecture, and its label of each candidate.
+TRANSLATION_COLUMNS = {"rnn": "attentive GRU", "transformer": "Transformer"}
+TRANSLATION_CANDIDATES = {
+    "rnn": {"smoothing0.1": "label smoothing 0.1", "smoothing0": "no label smoothing"},
+    "transformer": {
+        "tutorial": "the tutorial's size",
+        "dropout0.2": "dropout 0.2",
+        "ff512": "feed-forward 512",
+        "warmup2000": "warm-up 2,000 steps",
+    },
+}
+# Figures of a run's test2016 translations; the others are the run's own.
+TRANSLATION_TEST_FIGURES = ("bleu", "bleu_greedy", "chrf")
+
+
+def _translation_ledger(architecture: str) -> dict:
+    path = TRANSLATION_LEDGERS / architecture / "selection.json"
+    return json.loads(path.read_text())
+
+
+def _chosen(ledger: dict) -> tuple[str, dict[int, dict]]:
+    """The chosen candidate and {seed: run} of it, every seed recorded, in the order
+    of the ledger's seeds. A selection still running has chosen nothing yet: then
+    its one finished candidate."""
+    names = {key.split("/seed")[0] for key in ledger["runs"]}
+    chosen = ledger.get("chosen")
+    if chosen is None:
+        assert len(names) == 1, f"a selection still running, no choice yet: {names}"
+        chosen = names.pop()
+    runs = {
+        int(key.split("/seed")[1]): run
+        for key, run in ledger["runs"].items()
+        if key.split("/seed")[0] == chosen
+    }
+    order = ledger.get("seeds", [])
+    seeds = sorted(
+        runs, key=lambda s: (order.index(s) if s in order else len(order), s)
+    )
+    return chosen, {seed: runs[seed] for seed in seeds}
+
+
+def _mean_over(runs: dict[int, dict], key: str, spec: str = ".2f") -> str:
+    """A test or side-by-side figure of the runs as the README writes it: the one
+    run's, or mean ± standard deviation."""
+    values = [
+        run["test"][key] if key in TRANSLATION_TEST_FIGURES else run[key]
+        for run in runs.values()
+    ]
+    if len(values) == 1:
+        return format(values[0], spec)
+    mean, std = selection.mean_std(values)
+    return f"{format(mean, spec)} ± {format(std, spec)}"
+
+
+def test_translation_readme_side_by_side_quotes_the_committed_ledgers():
+    """Every cell of the translation README's side-by-side table is its
+    architecture's committed selection ledger: the candidate chosen on val, its
+    seeds, and each figure as the mean (and standard deviation) over them."""
+    table = _table("| test2016 | attentive GRU | Transformer |", "translation")
+    header = [cell.strip() for cell in table.splitlines()[0].strip("|").split("|")]
+    for architecture, column in TRANSLATION_COLUMNS.items():
+        ledger = _translation_ledger(architecture)
+        chosen, runs = _chosen(ledger)
+        if "chosen" in ledger:
+            assert chosen == max(ledger["validation"], key=ledger["validation"].get)
+        label = TRANSLATION_CANDIDATES[architecture][chosen]
+        if "chosen" not in ledger:
+            label += " (the only candidate run yet)"
+        val = [run["validation"]["bleu"] for run in runs.values()]
+        expected = {
+            "configuration chosen on val": label,
+            "seeds": ", ".join(str(seed) for seed in runs),
+            "val BLEU, beam 5": _mean_cell(val),
+            "test BLEU, beam 5": f"**{_mean_over(runs, 'bleu')}**",
+            "test chrF, beam 5": _mean_over(runs, "chrf"),
+            "test BLEU, greedy": _mean_over(runs, "bleu_greedy"),
+            "parameters": f"{next(iter(runs.values()))['parameters']:,}",
+            "epochs (best)": ", ".join(
+                f"{run['epochs']} ({run['best_epoch']})" for run in runs.values()
+            ),
+            "minutes to the best val loss": _mean_over(runs, "minutes_to_best", ".1f"),
+            "greedy sentences/s": _mean_over(
+                runs, "greedy_sentences_per_second", ".1f"
+            ),
+            "beam sentences/s": _mean_over(runs, "beam_sentences_per_second", ".1f"),
+        }
+        index = header.index(column)
+        for row, cell in expected.items():
+            assert _row(table, row)[index] == cell, (architecture, row)
+
+
+def test_translation_readme_selection_table_is_the_ledgers_first_seed():
+    """The val table that chose each architecture's configuration: every candidate
+    of the benchmark, its seed-1337 val BLEU (bold: the chosen one), test BLEU and
+    epochs as the ledger holds them, or "not run"."""
+    header = "| candidate | val BLEU, beam 5 | test BLEU, beam 5 |"
+    table = _table(header, "translation")
+    for architecture, labels in TRANSLATION_CANDIDATES.items():
+        assert labels.keys() == translation_multi30k.CANDIDATES[architecture].keys()
+        ledger = _translation_ledger(architecture)
+        runs = {
+            key.split("/seed")[0]: run
+            for key, run in ledger["runs"].items()
+            if key.endswith("/seed1337")
+        }
+        for name, label in labels.items():
+            cells = _row(table, f"{TRANSLATION_COLUMNS[architecture]}, {label}")[1:]
+            if name not in runs:
+                assert cells[0] == "not run", name
+                continue
+            run = runs[name]
+            figure = f"{run['validation']['bleu']:.2f}"
+            bold = name == ledger.get("chosen")
+            assert cells[0] == (f"**{figure}**" if bold else figure), name
+            assert cells[1] == f"{run['test']['bleu']:.2f}", name
+            assert cells[2] == str(run["epochs"]), name
 
 
 def test_attention_statistics_of_uniform_and_hard_attention():
