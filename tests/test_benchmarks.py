@@ -195,9 +195,11 @@ def _row(table: str, label: str) -> list[str]:
     return [cell.strip() for cell in rows[0].strip("|").split("|")]
 
 
-def _mean_cell(values: list[float]) -> str:
+def _mean_cell(values: list[float], spec: str = ".2f") -> str:
     mean, std = selection.mean_std(values)
-    return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
+    if len(values) == 1:
+        return format(mean, spec)
+    return f"{format(mean, spec)} ± {format(std, spec)}"
 
 
 @pytest.mark.parametrize("system", ["mobilenet_attention", "mobilenet_mean"])
@@ -315,10 +317,7 @@ def _mean_over(runs: dict[int, dict], key: str, spec: str = ".2f") -> str:
         run["test"][key] if key in TRANSLATION_TEST_FIGURES else run[key]
         for run in runs.values()
     ]
-    if len(values) == 1:
-        return format(values[0], spec)
-    mean, std = selection.mean_std(values)
-    return f"{format(mean, spec)} ± {format(std, spec)}"
+    return _mean_cell(values, spec)
 
 
 def test_translation_readme_side_by_side_quotes_the_committed_ledgers():

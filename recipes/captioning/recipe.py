@@ -59,10 +59,9 @@ class CaptioningRecipe(Recipe):
         _check(config)
 
     def split_keys_of(self, config: CaptioningConfig) -> tuple[str, ...]:
-        data = config.data
-        if data.format == "flickr8k" or "{split}" in (data.path or ""):
-            return ()  # the official split lists, or one COCO file per split
-        return self.split_keys
+        from rnnkit_recipes.captioning import sources
+
+        return () if sources.splits_given(config) else self.split_keys
 
     def load_data(self, config: CaptioningConfig) -> CaptionData:
         from rnnkit_recipes.captioning import data

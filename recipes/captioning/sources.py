@@ -105,6 +105,14 @@ def read_flickr8k(
     return captions, splits, find_image_source(folder, images)
 
 
+def splits_given(config: CaptioningConfig) -> bool:
+    """Whether the data come split already: Flickr8k's official lists, or one COCO
+    file per split (`{split}` in data.path); else one COCO file is cut with
+    `data.split_seed` and the fractions."""
+    data = config.data
+    return data.format == "flickr8k" or "{split}" in (data.path or "")
+
+
 def read_coco(
     config: CaptioningConfig,
 ) -> tuple[dict[str, dict[str, list[str]]], dict[str, list[str]], dict]:
@@ -112,7 +120,7 @@ def read_coco(
     each split, from COCO-style captions JSON files."""
     data = config.data
     path = data.path or ""
-    per_split = "{split}" in path
+    per_split = splits_given(config)
     split_names = {
         "train": data.train_split,
         "validation": data.validation_split,

@@ -63,6 +63,14 @@ def text_options(config: TranslationConfig) -> TextOptions:
     )
 
 
+def held_out_by_cut(config: TranslationConfig) -> bool:
+    """Whether validation or test pairs are cut from the training pairs (with
+    `data.split_seed` and the fractions): always for anki's one file, for parallel
+    files when a split's name is left empty."""
+    data = config.data
+    return data.format == "anki" or not (data.validation_split and data.test_split)
+
+
 def read_splits(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:
     """The (source, target) sentence pairs of train, validation and test."""
     data = config.data
@@ -94,8 +102,8 @@ def read_splits(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:
         )
     if "train" not in splits:
         raise ConfigError("data.train_split must name the training files' {split}")
-    if len(splits) < 3:
-        # Missing validation or test files: cut them from the training pairs.
+    if held_out_by_cut(config):
+        # No validation or test files: cut them from the training pairs.
         train, validation, test = parallel_text.split_pairs(
             splits["train"],
             data.validation_fraction,

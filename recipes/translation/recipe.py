@@ -61,11 +61,9 @@ class TranslationRecipe(Recipe):
         _check(config)
 
     def split_keys_of(self, config: TranslationConfig) -> tuple[str, ...]:
-        data = config.data
-        splits = (data.train_split, data.validation_split, data.test_split)
-        if data.format == "parallel" and all(splits):
-            return ()  # one pair of files per split: nothing is cut
-        return self.split_keys
+        from rnnkit_recipes.translation import data
+
+        return self.split_keys if data.held_out_by_cut(config) else ()
 
     def load_data(self, config: TranslationConfig) -> TranslationData:
         from rnnkit_recipes.translation import data
