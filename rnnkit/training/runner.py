@@ -128,11 +128,91 @@ def _history_callback(
     return HistoryFile()
 
 
+RANDOM_STATE_FILE = "random_state.json"  # in the backup folder
+
+
+def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callback:
+    """Saves, beside `BackupAndRestore`'s backup, what it leaves out: the state of
+    every random stream of training. A resumed run then continues those streams where
+    they stood, as if it had not stopped; without this it replays the masks (dropout,
+    recurrent dropout) and batch orders of its first epochs, so that those epochs'
+    training loss reads low and the model sees those draws twice.
+
+    - The seed generators of the model's layers (dropout masks): their states are
+      not in the backup's weights; written after each epoch with the epoch's number
+      and restored only into a backup of the same epoch.
+    - A `tf.data` training set that reshuffles each epoch: each iterator taken from
+      it draws the next order. Keras's `fit` takes two iterators an epoch from a
+      set of known length (it makes the next epoch's at the end of one, then makes
+      another when that epoch begins) and one from a set of unknown length, so a run
+      resumed after epoch k first takes as many as the uninterrupted run had (no
+      elements are read). `train_data` None (the multi-worker loop): orders restart.
+    Must come after `BackupAndRestore` among the callbacks; a test compares a
+    resumed run's history with an uninterrupted one's."""
+    import keras
+    import numpy as np
+
+    from rnnkit import _keras_private
+
+    def states(model: keras.Model) -> list[Any]:
+        return [v for v in model.variables if v.name == "seed_generator_state"]
+
+    class RandomState(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            if not path.parent.is_dir():  # BackupAndRestore writes the folder
+                return
+            write_json(
+                path,
+                {
+                    "epoch": epoch + 1,
+                    "seed_generators": [
+                        np.asarray(v.numpy()).tolist() for v in states(self.model)
+                    ],
+                },
+            )
+
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            epoch = _keras_private.initial_epoch(self.model)
+            if not epoch:
+                return
+            saved = _read_random_state(path)
+            variables = states(self.model)
+            if saved.get("epoch") == epoch and len(
+                saved.get("seed_generators", ())
+            ) == len(variables):
+                for variable, value in zip(
+                    variables, saved["seed_generators"], strict=True
+                ):
+                    variable.assign(np.asarray(value, dtype=variable.dtype))
+            else:
+                log.warning(
+                    "the backup holds no random state of epoch %d: resumed training "
+                    "draws its dropout masks afresh from the seed",
+                    epoch,
+                )
+            if hasattr(train_data, "as_numpy_iterator"):  # a tf.data.Dataset
+                known_length = int(train_data.cardinality()) >= 0
+                for _ in range(epoch * (2 if known_length else 1)):
+                    iter(train_data)
+
+    return RandomState()
+
+
+def _read_random_state(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 def _callbacks(
     config: RecipeConfig,
     run_dir: Path | None,
     history_rows: list[dict[str, float]],
     extra: Sequence[keras.callbacks.Callback] = (),
+    train_data: Any = None,
 ) -> list[keras.callbacks.Callback]:
     import keras
 
@@ -149,6 +229,9 @@ def _callbacks(
         callbacks += [
             keras.callbacks.BackupAndRestore(
                 str(run_dir / BACKUP_DIR), double_checkpoint=True
+            ),
+            _random_state_callback(
+                run_dir / BACKUP_DIR / RANDOM_STATE_FILE, train_data
             ),
             keras.callbacks.TensorBoard(
                 log_dir=str(run_dir / TENSORBOARD_DIR), write_graph=False
@@ -314,7 +397,11 @@ def _train_and_write(
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
     model = _build(recipe, config, data, strategy)
     callback_list = _callbacks(
-        config, run_dir, history_rows, [*recipe.callbacks(config, data), *callbacks]
+        config,
+        run_dir,
+        history_rows,
+        [*recipe.callbacks(config, data), *callbacks],
+        train_data=None if multiworker else data.train,
     )
     history = _train(model, data, config, strategy, callback_list, verbose)
     _check_finite(history, config)
