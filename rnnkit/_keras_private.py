@@ -30,6 +30,10 @@ Keras creates in `__init__` or `build`, fail at their first use with the same me
 - `nested_layers`: every layer inside a layer, at any depth (`Layer._flatten_layers`).
 - `initial_epoch`, `clear_initial_epoch`: where `BackupAndRestore` leaves the epoch a
   resumed run starts from (`Trainer._initial_epoch`), for the multi-worker loop.
+- `fit_iterators_per_epoch`: how many iterators `fit` takes from a `tf.data` training
+  set an epoch (`EpochIterator` makes the next epoch's at the end of one, then
+  another when that epoch begins), so that a resumed run moves a reshuffling set on
+  as far as the uninterrupted run had. Behaviour, not a symbol: a test counts it.
 - `symbolic_build`: `Model._symbolic_build`, which `fit` calls to create the compiled
   metrics' variables; the multi-worker loop calls it under its strategy and, if a
   Keras release drops it (this returns None), logs the losses only.
@@ -203,6 +207,19 @@ def clear_initial_epoch(model: keras.Model) -> None:
     model._initial_epoch = None
 
 
+def fit_iterators_per_epoch(dataset: Any) -> int | None:
+    """How many iterators `Model.fit` (one device, `steps_per_epoch` None, one step
+    per execution) takes from `dataset` each epoch: 2 where its length is known, 1
+    where it is not (the epoch ends on the iterator running out). None for an
+    infinite dataset, from which `fit` keeps one iterator across epochs."""
+    import tensorflow as tf
+
+    length = int(dataset.cardinality())
+    if length == tf.data.INFINITE_CARDINALITY:
+        return None
+    return 2 if length > 0 else 1
+
+
 def symbolic_build(model: keras.Model) -> Any:
     """`model._symbolic_build` (call it with `data_batch=`), or None when this
     Keras has no such method."""
@@ -279,6 +296,7 @@ __all__ = [
     "nested_layers",
     "resolve",
     "symbolic_build",
+    "fit_iterators_per_epoch",
     "variable_index",
     "variable_key",
 ]

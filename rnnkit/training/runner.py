@@ -133,20 +133,21 @@ RANDOM_STATE_FILE = "random_state.json"  # in the backup folder
 
 def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callback:
     """Saves, beside `BackupAndRestore`'s backup, what it leaves out: the state of
-    every random stream of training. A resumed run then continues those streams where
-    they stood, as if it had not stopped; without this it replays the masks (dropout,
-    recurrent dropout) and batch orders of its first epochs, so that those epochs'
-    training loss reads low and the model sees those draws twice.
+    the random streams of training. A resumed run then continues them where they
+    stood; without this it replays the masks (dropout, recurrent dropout) and batch
+    orders of its first epochs, so that those epochs' training loss reads low and the
+    model sees those draws twice.
 
-    - The seed generators of the model's layers (dropout masks): their states are
-      not in the backup's weights; written after each epoch with the epoch's number
-      and restored only into a backup of the same epoch.
+    - The seed generators of the model's layers (dropout masks; every rnnkit layer
+      draws from its own): their states are not in the backup's weights. Written
+      after each epoch with the epoch's number, the previous epoch's kept beside them
+      (the backup falls back to the previous epoch's weights when the last are
+      damaged), and restored only into a backup of the same epoch. Not saved: Keras's
+      global generator (`keras.random.*` with `seed=None`).
     - A `tf.data` training set that reshuffles each epoch: each iterator taken from
-      it draws the next order. Keras's `fit` takes two iterators an epoch from a
-      set of known length (it makes the next epoch's at the end of one, then makes
-      another when that epoch begins) and one from a set of unknown length, so a run
-      resumed after epoch k first takes as many as the uninterrupted run had (no
-      elements are read). `train_data` None (the multi-worker loop): orders restart.
+      it draws the next order, so a run resumed after epoch k first takes as many as
+      `fit` had taken (`_keras_private.fit_iterators_per_epoch`; no elements are
+      read). `train_data` None (the multi-worker loop): orders start again.
     Must come after `BackupAndRestore` among the callbacks; a test compares a
     resumed run's history with an uninterrupted one's."""
     import keras
@@ -161,15 +162,15 @@ def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callb
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             if not path.parent.is_dir():  # BackupAndRestore writes the folder
                 return
-            write_json(
-                path,
-                {
-                    "epoch": epoch + 1,
-                    "seed_generators": [
-                        np.asarray(v.numpy()).tolist() for v in states(self.model)
-                    ],
-                },
-            )
+            saved = _read_random_state(path)
+            saved.pop("previous", None)
+            current = {
+                "epoch": epoch + 1,
+                "seed_generators": [
+                    np.asarray(v.numpy()).tolist() for v in states(self.model)
+                ],
+            }
+            write_json(path, {**current, "previous": saved})
 
         def on_train_begin(self, logs: dict | None = None) -> None:
             epoch = _keras_private.initial_epoch(self.model)
@@ -177,22 +178,21 @@ def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callb
                 return
             saved = _read_random_state(path)
             variables = states(self.model)
-            if saved.get("epoch") == epoch and len(
-                saved.get("seed_generators", ())
-            ) == len(variables):
-                for variable, value in zip(
-                    variables, saved["seed_generators"], strict=True
-                ):
-                    variable.assign(np.asarray(value, dtype=variable.dtype))
+            for entry in (saved, saved.get("previous") or {}):
+                values = entry.get("seed_generators", ())
+                if entry.get("epoch") == epoch and len(values) == len(variables):
+                    for variable, value in zip(variables, values, strict=True):
+                        variable.assign(np.asarray(value, dtype=variable.dtype))
+                    break
             else:
                 log.warning(
-                    "the backup holds no random state of epoch %d: resumed training "
-                    "draws its dropout masks afresh from the seed",
+                    "the backup holds no random state of epoch %d: the resumed "
+                    "epochs draw the first epochs' dropout masks again",
                     epoch,
                 )
             if hasattr(train_data, "as_numpy_iterator"):  # a tf.data.Dataset
-                known_length = int(train_data.cardinality()) >= 0
-                for _ in range(epoch * (2 if known_length else 1)):
+                per_epoch = _keras_private.fit_iterators_per_epoch(train_data)
+                for _ in range(epoch * (per_epoch or 0)):
                     iter(train_data)
 
     return RandomState()

@@ -10,8 +10,12 @@ reshuffling on; this test holds the resumed history to the uninterrupted one.
 
 from __future__ import annotations
 
+import logging
+
 import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 from rnnkit_recipes.translation.recipe import TranslationRecipe
 
 from rnnkit import config as config_lib
@@ -23,6 +27,15 @@ TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
 MULTI30K = TRANSLATION_DATA / "multi30k_{split}.{lang}.gz"
 SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
 EPOCHS = 4
+
+
+class EpochsBegun(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epochs: list[int] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch)
 
 
 class StopAfterEpoch(keras.callbacks.Callback):
@@ -39,7 +52,9 @@ class StopAfterEpoch(keras.callbacks.Callback):
 
 
 @pytest.mark.parametrize("stopped_after", [1, 2])
-def test_a_resumed_run_repeats_the_uninterrupted_history(tmp_path, stopped_after):
+def test_a_resumed_run_repeats_the_uninterrupted_history(
+    tmp_path, caplog, stopped_after
+):
     """Translation (a `tf.data` set reshuffled each epoch, dropout 0.5 in the GRU and
     the attention's outputs): stopped after an epoch and resumed in a fresh run, its
     training and validation losses are those of the run that never stopped."""
@@ -66,10 +81,59 @@ def test_a_resumed_run_repeats_the_uninterrupted_history(tmp_path, stopped_after
             verbose=0,
             callbacks=[StopAfterEpoch(stopped_after)],
         )
-    resumed = runner.run(recipe, config, tmp_path / "resumed", resume=True, verbose=0)
+    backup = tmp_path / "resumed" / runner.BACKUP_DIR
+    assert (backup / runner.RANDOM_STATE_FILE).is_file()
+    begun = EpochsBegun()
+    with caplog.at_level(logging.WARNING, logger="rnnkit"):
+        resumed = runner.run(
+            recipe,
+            config,
+            tmp_path / "resumed",
+            resume=True,
+            verbose=0,
+            callbacks=[begun],
+        )
+    # It continued (a run started afresh would repeat the history too).
+    assert begun.epochs == list(range(stopped_after, EPOCHS))
+    assert "random state" not in caplog.text
     assert len(whole.history) == len(resumed.history) == EPOCHS
     for expected, actual in zip(whole.history, resumed.history, strict=True):
         for key in ("loss", "val_loss"):
             assert actual[key] == pytest.approx(expected[key], rel=1e-5), (
                 f"epoch {expected['epoch']:.0f} {key}"
             )
+
+
+# A set of unknown length ends its first epoch by running out, as Keras warns.
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")
+@pytest.mark.parametrize("known_length", [True, False])
+def test_fit_takes_the_iterators_an_epoch_that_resuming_skips(known_length):
+    """`_keras_private.fit_iterators_per_epoch` is what this Keras's `fit` does: with
+    it, the batch orders of a reshuffling set in fit's epochs are the orders of the
+    iterators numbered 0, n, 2n, ... taken from a copy of the set."""
+    from rnnkit import _keras_private
+
+    def dataset():
+        numbers = tf.data.Dataset.range(8).shuffle(8, seed=2)
+        if not known_length:
+            numbers = numbers.filter(lambda number: number >= 0)
+        return numbers.map(lambda n: (tf.cast([n], "float32"),) * 2).batch(8)
+
+    seen = []
+
+    class Record(keras.layers.Layer):
+        def call(self, inputs):
+            seen.append(np.asarray(inputs).ravel().tolist())
+            return inputs
+
+    model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+    model.fit(dataset(), epochs=3, shuffle=False, verbose=0)
+    per_epoch = _keras_private.fit_iterators_per_epoch(dataset())
+    assert per_epoch == (2 if known_length else 1)
+    copy = dataset()
+    orders = [
+        next(iterator)[0].numpy().ravel().tolist()
+        for iterator in [iter(copy) for _ in range(3 * per_epoch)]
+    ]
+    assert seen == orders[::per_epoch]
