@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rnnkit.errors import ConfigError, RnnkitError, TrainingError, mark_run_dir
-from rnnkit.files import write_csv, write_json, write_text
+from rnnkit.files import atomic_path, write_csv, write_json, write_text
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 from rnnkit.training.cluster import cluster_from_environment
@@ -131,7 +131,9 @@ def _history_callback(
 RANDOM_STATE_FILE = "random_state.json"  # in the backup folder
 
 
-def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callback:
+def _random_state_callback(
+    path: Path, train_data: Any, early_stopping: Any = None
+) -> keras.callbacks.Callback:
     """Saves, beside `BackupAndRestore`'s backup, what it leaves out: the state of
     the random streams of training. A resumed run then continues them where they
     stood; without this it replays the masks (dropout, recurrent dropout) and batch
@@ -148,8 +150,13 @@ def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callb
       it draws the next order, so a run resumed after epoch k first takes as many as
       `fit` had taken (`_keras_private.fit_iterators_per_epoch`; no elements are
       read). `train_data` None (the multi-worker loop): orders start again.
-    Must come after `BackupAndRestore` among the callbacks; a test compares a
-    resumed run's history with an uninterrupted one's."""
+    - `early_stopping`'s count of epochs without improvement, its best loss and the
+      best epoch's weights (`best.<epoch>.npz` beside the state), which it resets when
+      training begins: else a run resumed after its best epoch would stop later and
+      restore the best of the resumed epochs only.
+    Must come after `BackupAndRestore` and `early_stopping` among the callbacks; a
+    test compares a resumed run's history and test figures with an uninterrupted
+    one's."""
     import keras
     import numpy as np
 
@@ -170,7 +177,43 @@ def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callb
                     np.asarray(v.numpy()).tolist() for v in states(self.model)
                 ],
             }
+            if early_stopping is not None:
+                current["early_stopping"] = self._early_stopping_state(epoch, saved)
             write_json(path, {**current, "previous": saved})
+            kept = {
+                entry.get("early_stopping", {}).get("weights")
+                for entry in (current, saved)
+            }
+            for old in path.parent.glob("best.*.npz"):
+                if old.name not in kept:
+                    old.unlink()
+
+        def _early_stopping_state(self, epoch: int, saved: dict) -> dict[str, Any]:
+            weights = saved.get("early_stopping", {}).get("weights")
+            if early_stopping.best_weights is not None and (
+                early_stopping.best_epoch == epoch or weights is None
+            ):
+                weights = f"best.{early_stopping.best_epoch + 1}.npz"
+                with atomic_path(path.parent / weights) as temporary:
+                    with open(temporary, "wb") as handle:
+                        np.savez(handle, *early_stopping.best_weights)
+            best = early_stopping.best
+            return {
+                "wait": int(early_stopping.wait),
+                "best": None if best is None else float(best),
+                "best_epoch": int(early_stopping.best_epoch),
+                "weights": weights,
+            }
+
+        def _restore_early_stopping(self, state: dict[str, Any]) -> None:
+            early_stopping.wait = state["wait"]
+            early_stopping.best = state["best"]
+            early_stopping.best_epoch = state["best_epoch"]
+            if state["weights"] is not None:
+                with np.load(path.parent / state["weights"]) as arrays:
+                    early_stopping.best_weights = [
+                        arrays[f"arr_{i}"] for i in range(len(arrays.files))
+                    ]
 
         def on_train_begin(self, logs: dict | None = None) -> None:
             epoch = _keras_private.initial_epoch(self.model)
@@ -183,6 +226,8 @@ def _random_state_callback(path: Path, train_data: Any) -> keras.callbacks.Callb
                 if entry.get("epoch") == epoch and len(values) == len(variables):
                     for variable, value in zip(variables, values, strict=True):
                         variable.assign(np.asarray(value, dtype=variable.dtype))
+                    if early_stopping is not None and "early_stopping" in entry:
+                        self._restore_early_stopping(entry["early_stopping"])
                     break
             else:
                 log.warning(
@@ -217,21 +262,21 @@ def _callbacks(
     import keras
 
     callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
+    early_stopping = None
     if config.train.patience > 0:
-        callbacks.append(
-            keras.callbacks.EarlyStopping(
-                monitor="val_loss",
-                patience=config.train.patience,
-                restore_best_weights=True,
-            )
+        early_stopping = keras.callbacks.EarlyStopping(
+            monitor="val_loss",
+            patience=config.train.patience,
+            restore_best_weights=True,
         )
+        callbacks.append(early_stopping)
     if run_dir is not None:
         callbacks += [
             keras.callbacks.BackupAndRestore(
                 str(run_dir / BACKUP_DIR), double_checkpoint=True
             ),
             _random_state_callback(
-                run_dir / BACKUP_DIR / RANDOM_STATE_FILE, train_data
+                run_dir / BACKUP_DIR / RANDOM_STATE_FILE, train_data, early_stopping
             ),
             keras.callbacks.TensorBoard(
                 log_dir=str(run_dir / TENSORBOARD_DIR), write_graph=False

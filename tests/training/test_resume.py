@@ -26,7 +26,6 @@ from tests.stock_support import ROOT
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
 MULTI30K = TRANSLATION_DATA / "multi30k_{split}.{lang}.gz"
 SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
-EPOCHS = 4
 
 
 class EpochsBegun(keras.callbacks.Callback):
@@ -51,14 +50,29 @@ class StopAfterEpoch(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("stopped_after", [1, 2])
-def test_a_resumed_run_repeats_the_uninterrupted_history(
-    tmp_path, caplog, stopped_after
-):
+CASES = {
+    # No early stopping: stopped after the first and after the second epoch.
+    "after-epoch-1": ({"train.patience": 0, "train.epochs": 4}, 1),
+    "after-epoch-2": ({"train.patience": 0, "train.epochs": 4}, 2),
+    # Early stopping (patience 1): the whole run's best val loss is at epoch 9 and it
+    # stops after epoch 10. Stopped after epoch 9, the resumed run must stop after
+    # epoch 10 too and keep epoch 9's weights (with the patience count and best
+    # weights reset it would run on to epoch 12 and keep epoch 11's).
+    "early-stopping": (
+        {"train.patience": 1, "train.epochs": 12, "train.learning_rate": 0.01},
+        9,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
     """Translation (a `tf.data` set reshuffled each epoch, dropout 0.5 in the GRU and
     the attention's outputs): stopped after an epoch and resumed in a fresh run, its
-    training and validation losses are those of the run that never stopped."""
+    training and validation losses, its epochs and its test figures are those of the
+    run that never stopped."""
     require(TRANSLATION_DATA / "multi30k_train.de.gz")
+    overrides, stopped_after = CASES[case]
     recipe = TranslationRecipe()
     config = config_lib.resolve(
         recipe.Config,
@@ -67,9 +81,9 @@ def test_a_resumed_run_repeats_the_uninterrupted_history(
             "data.path": str(MULTI30K),
             "data.limit": 200,
             "model.dropout": 0.5,
-            "train.epochs": EPOCHS,
             "evaluation.beam_width": 1,
             "evaluation.heatmaps": 0,
+            **overrides,
         },
     )
     whole = runner.run(recipe, config, tmp_path / "whole", verbose=0)
@@ -94,14 +108,20 @@ def test_a_resumed_run_repeats_the_uninterrupted_history(
             callbacks=[begun],
         )
     # It continued (a run started afresh would repeat the history too).
-    assert begun.epochs == list(range(stopped_after, EPOCHS))
+    assert begun.epochs == list(range(stopped_after, len(whole.history)))
     assert "random state" not in caplog.text
-    assert len(whole.history) == len(resumed.history) == EPOCHS
+    if config.train.patience:  # the case the comment above describes
+        val = [row["val_loss"] for row in whole.history]
+        assert val.index(min(val)) + 1 == stopped_after < len(val)
+        assert len(val) < config.train.epochs
+    assert len(resumed.history) == len(whole.history)
     for expected, actual in zip(whole.history, resumed.history, strict=True):
         for key in ("loss", "val_loss"):
             assert actual[key] == pytest.approx(expected[key], rel=1e-5), (
                 f"epoch {expected['epoch']:.0f} {key}"
             )
+    for key, value in whole.metrics["test"]["model"].items():
+        assert resumed.metrics["test"]["model"][key] == pytest.approx(value), key
 
 
 # A set of unknown length ends its first epoch by running out, as Keras warns.
