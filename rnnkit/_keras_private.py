@@ -289,6 +289,7 @@ __all__ = [
     "adam_moments",
     "backend",
     "clear_initial_epoch",
+    "fit_iterators_per_epoch",
     "get_global_attribute",
     "get_keras_mask",
     "initial_epoch",
@@ -296,7 +297,6 @@ __all__ = [
     "nested_layers",
     "resolve",
     "symbolic_build",
-    "fit_iterators_per_epoch",
     "variable_index",
     "variable_key",
 ]

@@ -166,11 +166,14 @@ def _random_state_callback(
         return [v for v in model.variables if v.name == "seed_generator_state"]
 
     class RandomState(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.last: dict[str, Any] = {}  # the entry written last (or restored)
+
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             if not path.parent.is_dir():  # BackupAndRestore writes the folder
                 return
-            saved = _read_random_state(path)
-            saved.pop("previous", None)
+            saved = self.last
             current = {
                 "epoch": epoch + 1,
                 "seed_generators": [
@@ -180,6 +183,7 @@ def _random_state_callback(
             if early_stopping is not None:
                 current["early_stopping"] = self._early_stopping_state(epoch, saved)
             write_json(path, {**current, "previous": saved})
+            self.last = current
             kept = {
                 entry.get("early_stopping", {}).get("weights")
                 for entry in (current, saved)
@@ -228,6 +232,7 @@ def _random_state_callback(
                         variable.assign(np.asarray(value, dtype=variable.dtype))
                     if early_stopping is not None and "early_stopping" in entry:
                         self._restore_early_stopping(entry["early_stopping"])
+                    self.last = {k: v for k, v in entry.items() if k != "previous"}
                     break
             else:
                 log.warning(
