@@ -49,7 +49,8 @@ The methods
   the model or the evaluation needs to know (vocabularies, scalers, dates), from the
   default source or `config.data.path`. Raise `DataError` with a one-line message for a
   missing, unreadable or malformed source. Splits are `(x, y)` tuples of arrays (the
-  runner batches and shuffles them with `train.batch_size` / `train.shuffle`) or already
+  runner batches them with `train.batch_size` and, with `train.shuffle`, draws a new
+  order each epoch from `train.seed`: `runner.training_set`) or already
   batched `tf.data.Dataset`s of `(x, y)` (the recipe batches them with
   `train.batch_size`).
 - `build_model(config, data) -> keras.Model`: compiled, built only from rnnkit layers

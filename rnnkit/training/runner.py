@@ -25,7 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnkit.errors import ConfigError, RnnkitError, TrainingError, mark_run_dir
+from rnnkit.errors import (
+    ConfigError,
+    DataError,
+    RnnkitError,
+    TrainingError,
+    mark_run_dir,
+)
 from rnnkit.files import atomic_path, write_csv, write_json, write_text
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
@@ -146,10 +152,11 @@ def _random_state_callback(
       (the backup falls back to the previous epoch's weights when the last are
       damaged), and restored only into a backup of the same epoch. Not saved: Keras's
       global generator (`keras.random.*` with `seed=None`).
-    - A `tf.data` training set that reshuffles each epoch: each iterator taken from
-      it draws the next order, so a run resumed after epoch k first takes as many as
-      `fit` had taken (`_keras_private.fit_iterators_per_epoch`; no elements are
-      read). `train_data` None (the multi-worker loop): orders start again.
+    - A `tf.data` training set that reshuffles each epoch (arrays become one in
+      `training_set`): each iterator taken from it draws the next order, so a run
+      resumed after epoch k first takes as many as `fit` had taken on one device
+      (`_keras_private.fit_iterators_per_epoch`; no elements are read). `train_data`
+      None (the multi-worker loop): orders start again.
     - `early_stopping`'s count of epochs without improvement, its best loss and the
       best epoch's weights (`best.<epoch>.npz` beside the state), which it resets when
       training begins: else a run resumed after its best epoch would stop later and
@@ -309,18 +316,61 @@ def fit(
         callbacks=list(callbacks),
         verbose=verbose,
     )
+    if isinstance(data.validation, tuple):
+        common["validation_batch_size"] = config.train.batch_size
     common.update(overrides)
-    if isinstance(data.train, tuple):
-        inputs, targets = data.train
-        return model.fit(
-            inputs,
-            targets,
-            batch_size=config.train.batch_size,
-            shuffle=config.train.shuffle,
-            **common,
-        )
     # A dataset shuffles itself (Keras warns if asked to shuffle one).
-    return model.fit(data.train, shuffle=False, **common)
+    return model.fit(training_set(data.train, config), shuffle=False, **common)
+
+
+def training_set(train: Any, config: RecipeConfig) -> Any:
+    """The training split as `fit` takes it: a `tf.data.Dataset` unchanged; a tuple
+    of arrays as batches of `train.batch_size`, in a new order each epoch when
+    `train.shuffle` (the orders drawn from `train.seed`).
+
+    Keras's own shuffling of arrays draws one order for every epoch once a global
+    seed is set (it re-creates its `tf.random.shuffle` with each epoch's iterator,
+    Keras 3.15 on TensorFlow), so a seeded run saw the same batches every epoch.
+    The order is drawn as `tf.data` reshuffles it, which the resume callback moves on
+    with the epochs. As in Keras, whole batches are gathered at once, the arrays ride
+    in the pipeline's elements (not as graph constants, which stop at 2 GB), and
+    floating-point arrays become Keras's float type."""
+    if not isinstance(train, tuple):
+        return train
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    arrays = tuple(tuple(part) if isinstance(part, list) else part for part in train)
+    counts = {len(leaf) for leaf in tf.nest.flatten(arrays)}
+    if len(counts) != 1:
+        raise DataError(
+            f"the training split's arrays hold different numbers of examples "
+            f"({', '.join(map(str, sorted(counts)))}): give inputs and targets one "
+            "row per example"
+        )
+    (count,) = counts
+    indices = tf.data.Dataset.range(count)
+    if config.train.shuffle:
+        indices = indices.shuffle(
+            count, seed=config.train.seed, reshuffle_each_iteration=True
+        )
+
+    def tensor(array: Any) -> Any:
+        if np.issubdtype(getattr(array, "dtype", np.dtype(object)), np.floating):
+            return tf.convert_to_tensor(array, dtype=keras.backend.floatx())
+        return tf.convert_to_tensor(array)
+
+    whole = tf.data.Dataset.from_tensors(tf.nest.map_structure(tensor, arrays))
+
+    def gather(batch: Any, tensors: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, batch), tensors)
+
+    return (
+        tf.data.Dataset.zip(indices.batch(config.train.batch_size), whole.repeat())
+        .map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:
@@ -446,14 +496,23 @@ def _train_and_write(
     data = recipe.load_data(config)
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
     model = _build(recipe, config, data, strategy)
+    # The set fit draws from, made once: the resume callback moves its orders on.
+    train_data = None if multiworker else training_set(data.train, config)
     callback_list = _callbacks(
         config,
         run_dir,
         history_rows,
         [*recipe.callbacks(config, data), *callbacks],
-        train_data=None if multiworker else data.train,
+        train_data=train_data,
     )
-    history = _train(model, data, config, strategy, callback_list, verbose)
+    history = _train(
+        model,
+        data if multiworker else dataclasses.replace(data, train=train_data),
+        config,
+        strategy,
+        callback_list,
+        verbose,
+    )
     _check_finite(history, config)
     fingerprint = None
     if multiworker:

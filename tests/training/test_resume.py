@@ -10,18 +10,22 @@ reshuffling on; this test holds the resumed history to the uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from rnnkit_recipes.stock.recipe import StockRecipe
 from rnnkit_recipes.translation.recipe import TranslationRecipe
 
 from rnnkit import config as config_lib
+from rnnkit.recipe import RecipeData
 from rnnkit.training import runner
 from tests.shared_data import require
 from tests.stock_support import ROOT
+from tests.stock_support import SMOKE_CONFIG as STOCK_SMOKE
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
 MULTI30K = TRANSLATION_DATA / "multi30k_{split}.{lang}.gz"
@@ -62,19 +66,19 @@ CASES = {
         {"train.patience": 1, "train.epochs": 12, "train.learning_rate": 0.01},
         9,
     ),
+    # Stock: a training split of arrays, which the runner batches and reshuffles.
+    "arrays-after-epoch-2": ({"model.dropout": 0.3, "train.epochs": 4}, 2),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
-    """Translation (a `tf.data` set reshuffled each epoch, dropout 0.5 in the GRU and
-    the attention's outputs): stopped after an epoch and resumed in a fresh run, its
-    training and validation losses, its epochs and its test figures are those of the
-    run that never stopped."""
+def _recipe_and_config(case: str):
+    overrides, _ = CASES[case]
+    if case.startswith("arrays"):
+        recipe = StockRecipe()
+        return recipe, config_lib.resolve(recipe.Config, str(STOCK_SMOKE), overrides)
     require(TRANSLATION_DATA / "multi30k_train.de.gz")
-    overrides, stopped_after = CASES[case]
     recipe = TranslationRecipe()
-    config = config_lib.resolve(
+    return recipe, config_lib.resolve(
         recipe.Config,
         str(SMOKE_CONFIG),
         {
@@ -86,6 +90,16 @@ def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
             **overrides,
         },
     )
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
+    """Translation (a `tf.data` set reshuffled each epoch, dropout 0.5 in the GRU and
+    the attention's outputs) and stock (arrays, dropout before the output): stopped
+    after an epoch and resumed in a fresh run, its training and validation losses,
+    its epochs and its test figures are those of the run that never stopped."""
+    recipe, config = _recipe_and_config(case)
+    stopped_after = CASES[case][1]
     whole = runner.run(recipe, config, tmp_path / "whole", verbose=0)
     with pytest.raises(KeyboardInterrupt):
         runner.run(
@@ -157,3 +171,42 @@ def test_fit_takes_the_iterators_an_epoch_that_resuming_skips(known_length):
         for iterator in [iter(copy) for _ in range(3 * per_epoch)]
     ]
     assert seen == orders[::per_epoch]
+
+
+def test_a_training_set_of_arrays_is_drawn_in_a_new_order_each_epoch():
+    """Keras shuffles arrays in one order for every epoch once a seed is set; the
+    runner's `fit` draws a new order each epoch, every example once per epoch, the
+    same orders again for the same seed and others for another."""
+
+    @dataclasses.dataclass
+    class Config(config_lib.RecipeConfig):
+        train: config_lib.TrainConfig = config_lib.section(
+            config_lib.TrainConfig, batch_size=4, epochs=3, patience=0
+        )
+
+    seen: list[list[float]] = []
+
+    class Record(keras.layers.Layer):
+        def call(self, inputs):
+            seen.append(np.asarray(inputs).ravel().tolist())
+            return inputs
+
+    numbers = np.arange(12, dtype="float32")[:, None]
+
+    def orders(seed: int) -> list[list[float]]:
+        seen.clear()
+        keras.utils.set_random_seed(seed)
+        config = Config().with_values({"train.seed": seed})
+        model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+        data = RecipeData(train=(numbers, numbers), validation=None, test=None)
+        runner.fit(model, data, config, callbacks=[], verbose=0)
+        return [sum(seen[i : i + 3], []) for i in range(0, len(seen), 3)]
+
+    first = orders(3)
+    assert len(first) == 3
+    for epoch in first:
+        assert sorted(epoch) == numbers.ravel().tolist()
+    assert first[0] != first[1] != first[2] != first[0]
+    assert orders(3) == first
+    assert orders(4) != first
