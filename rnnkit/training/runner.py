@@ -325,24 +325,43 @@ def fit(
 
 def training_set(train: Any, config: RecipeConfig) -> Any:
     """The training split as `fit` takes it: a `tf.data.Dataset` unchanged; a tuple
-    of arrays as batches of `train.batch_size`, in a new order each epoch when
-    `train.shuffle` (the orders drawn from `train.seed`).
+    `(x, y[, sample_weight])` of arrays (or dicts / tuples of them) as batches of
+    `train.batch_size`, in a new order each epoch when `train.shuffle` (the orders
+    drawn from `train.seed`).
 
     Keras's own shuffling of arrays draws one order for every epoch once a global
     seed is set (it re-creates its `tf.random.shuffle` with each epoch's iterator,
     Keras 3.15 on TensorFlow), so a seeded run saw the same batches every epoch.
     The order is drawn as `tf.data` reshuffles it, which the resume callback moves on
-    with the epochs. As in Keras, whole batches are gathered at once, the arrays ride
-    in the pipeline's elements (not as graph constants, which stop at 2 GB), and
-    floating-point arrays become Keras's float type."""
+    with the epochs (the shuffle fills its buffer one index at a time: about a second
+    an epoch per million examples). As in Keras, lists are tuples, whole batches are
+    gathered at once, the arrays ride in the pipeline's elements (not as graph
+    constants, which stop at 2 GB), and floating-point arrays become Keras's float
+    type."""
     if not isinstance(train, tuple):
         return train
     import keras
-    import numpy as np
     import tensorflow as tf
 
-    arrays = tuple(tuple(part) if isinstance(part, list) else part for part in train)
-    counts = {len(leaf) for leaf in tf.nest.flatten(arrays)}
+    parts = list(keras.tree.lists_to_tuples(train))
+    while parts and parts[-1] is None:  # (x, y, None): no sample weights
+        parts.pop()
+
+    def tensor(array: Any) -> Any:
+        value = tf.convert_to_tensor(array)
+        if value.dtype.is_floating:
+            value = tf.cast(value, keras.backend.floatx())
+        return value
+
+    try:
+        tensors = tf.nest.map_structure(tensor, tuple(parts))
+    except (TypeError, ValueError) as error:
+        raise DataError(
+            f"the training split is not arrays that can be batched ({error}): give "
+            "(inputs, targets) as numpy arrays, or dicts or tuples of them"
+        ) from None
+    leaves = tf.nest.flatten(tensors)
+    counts = {int(leaf.shape[0]) if leaf.shape.rank else 0 for leaf in leaves}
     if len(counts) != 1:
         raise DataError(
             f"the training split's arrays hold different numbers of examples "
@@ -350,18 +369,17 @@ def training_set(train: Any, config: RecipeConfig) -> Any:
             "row per example"
         )
     (count,) = counts
+    if count == 0:
+        raise DataError(
+            "the training split holds no examples: check the data source and the "
+            "split fractions"
+        )
     indices = tf.data.Dataset.range(count)
     if config.train.shuffle:
         indices = indices.shuffle(
             count, seed=config.train.seed, reshuffle_each_iteration=True
         )
-
-    def tensor(array: Any) -> Any:
-        if np.issubdtype(getattr(array, "dtype", np.dtype(object)), np.floating):
-            return tf.convert_to_tensor(array, dtype=keras.backend.floatx())
-        return tf.convert_to_tensor(array)
-
-    whole = tf.data.Dataset.from_tensors(tf.nest.map_structure(tensor, arrays))
+    whole = tf.data.Dataset.from_tensors(tensors)
 
     def gather(batch: Any, tensors: Any) -> Any:
         return tf.nest.map_structure(lambda t: tf.gather(t, batch), tensors)
@@ -513,6 +531,8 @@ def _train_and_write(
         callback_list,
         verbose,
     )
+    # The set holds a copy of array splits: not kept through evaluation.
+    del train_data, callback_list
     _check_finite(history, config)
     fingerprint = None
     if multiworker:

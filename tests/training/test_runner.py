@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rnnkit.config import DataConfig, TrainConfig, field, section
-from rnnkit.errors import ConfigError, RnnkitError, TrainingError
+from rnnkit.errors import ConfigError, DataError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 from rnnkit.training import runner
 from rnnkit.training.run_dir import CLAIM_FILE
@@ -317,3 +317,23 @@ def test_a_config_that_cannot_work_is_refused_before_anything_is_written(tmp_pat
     with pytest.raises(ConfigError, match="recipe 'toy' has no walk-forward backtest"):
         runner.run(ToyRecipe(), config, runs_root=tmp_path, verbose=0)
     assert not any(tmp_path.iterdir())
+
+
+def test_training_set_batches_arrays_as_keras_would():
+    """Dicts with lists inside, trailing None weights, float64 as Keras's float type,
+    strings kept; arrays of different lengths or none at all get a one-line error."""
+    config = ToyConfig().with_values({"train.batch_size": 4, "train.shuffle": False})
+    first = np.arange(6, dtype="float64")[:, None]
+    words = np.array(["a", "b", "c", "d", "e", "f"])
+    inputs = {"numbers": [first, 2 * first], "words": words}
+    dataset = runner.training_set((inputs, np.arange(6), None), config)
+    batches = list(dataset.as_numpy_iterator())
+    assert [len(targets) for _, targets in batches] == [4, 2]
+    (numbers, doubled), texts = batches[1][0]["numbers"], batches[1][0]["words"]
+    assert numbers.dtype == np.float32 and numbers.ravel().tolist() == [4.0, 5.0]
+    assert doubled.ravel().tolist() == [8.0, 10.0]
+    assert texts.tolist() == [b"e", b"f"]
+    with pytest.raises(DataError, match=r"different numbers of examples \(5, 6\)"):
+        runner.training_set((first, np.arange(5)), config)
+    with pytest.raises(DataError, match="holds no examples"):
+        runner.training_set((first[:0], first[:0]), config)
