@@ -134,17 +134,20 @@ def _history_callback(
     return HistoryFile()
 
 
-RANDOM_STATE_FILE = "random_state.json"  # in the backup folder
+RESUME_STATE_FILE = "resume_state.json"  # in the backup folder
+# Its name in runs interrupted before 2026-11-28, still read when resuming them.
+_OLD_RESUME_STATE_FILE = "random_state.json"
 
 
-def _random_state_callback(
+def _resume_state_callback(
     path: Path, train_data: Any, early_stopping: Any = None
 ) -> keras.callbacks.Callback:
     """Saves, beside `BackupAndRestore`'s backup, what it leaves out: the state of
-    the random streams of training. A resumed run then continues them where they
-    stood; without this it replays the masks (dropout, recurrent dropout) and batch
-    orders of its first epochs, so that those epochs' training loss reads low and the
-    model sees those draws twice.
+    the random streams of training and of early stopping. A resumed run then continues
+    them where they stood; without this it replays the masks (dropout, recurrent
+    dropout) and batch orders of its first epochs, so that those epochs' training loss
+    reads low and the model sees those draws twice, and its early stopping starts
+    counting afresh.
 
     - The seed generators of the model's layers (dropout masks; every rnnkit layer
       draws from its own): their states are not in the backup's weights. Written
@@ -172,7 +175,7 @@ def _random_state_callback(
     def states(model: keras.Model) -> list[Any]:
         return [v for v in model.variables if v.name == "seed_generator_state"]
 
-    class RandomState(keras.callbacks.Callback):
+    class ResumeState(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.last: dict[str, Any] = {}  # the entry written last (or restored)
@@ -230,7 +233,7 @@ def _random_state_callback(
             epoch = _keras_private.initial_epoch(self.model)
             if not epoch:
                 return
-            saved = _read_random_state(path)
+            saved = _read_resume_state(path)
             variables = states(self.model)
             for entry in (saved, saved.get("previous") or {}):
                 values = entry.get("seed_generators", ())
@@ -252,16 +255,18 @@ def _random_state_callback(
                 for _ in range(epoch * (per_epoch or 0)):
                     iter(train_data)
 
-    return RandomState()
+    return ResumeState()
 
 
-def _read_random_state(path: Path) -> dict[str, Any]:
+def _read_resume_state(path: Path) -> dict[str, Any]:
     import json
 
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    for candidate in (path, path.with_name(_OLD_RESUME_STATE_FILE)):
+        try:
+            return json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return {}
 
 
 def _callbacks(
@@ -287,8 +292,8 @@ def _callbacks(
             keras.callbacks.BackupAndRestore(
                 str(run_dir / BACKUP_DIR), double_checkpoint=True
             ),
-            _random_state_callback(
-                run_dir / BACKUP_DIR / RANDOM_STATE_FILE, train_data, early_stopping
+            _resume_state_callback(
+                run_dir / BACKUP_DIR / RESUME_STATE_FILE, train_data, early_stopping
             ),
             keras.callbacks.TensorBoard(
                 log_dir=str(run_dir / TENSORBOARD_DIR), write_graph=False
@@ -514,25 +519,9 @@ def _train_and_write(
     data = recipe.load_data(config)
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []
     model = _build(recipe, config, data, strategy)
-    # The set fit draws from, made once: the resume callback moves its orders on.
-    train_data = None if multiworker else training_set(data.train, config)
-    callback_list = _callbacks(
-        config,
-        run_dir,
-        history_rows,
-        [*recipe.callbacks(config, data), *callbacks],
-        train_data=train_data,
+    history = _train_run(
+        recipe, model, data, config, strategy, run_dir, history_rows, callbacks, verbose
     )
-    history = _train(
-        model,
-        data if multiworker else dataclasses.replace(data, train=train_data),
-        config,
-        strategy,
-        callback_list,
-        verbose,
-    )
-    # The set holds a copy of array splits: not kept through evaluation.
-    del train_data, callback_list
     _check_finite(history, config)
     fingerprint = None
     if multiworker:
@@ -602,6 +591,39 @@ def _train_and_write(
         metrics=metrics,
         history=history_rows,
         weights_fingerprint=fingerprint,
+    )
+
+
+def _train_run(
+    recipe: Recipe,
+    model: keras.Model,
+    data: RecipeData,
+    config: RecipeConfig,
+    strategy: Any,
+    run_dir: Path | None,
+    history_rows: list[dict[str, float]],
+    callbacks: Sequence[keras.callbacks.Callback],
+    verbose: int | str,
+) -> keras.callbacks.History:
+    """The run's training with its callbacks. The set it trains on is made once, here
+    (the resume callback moves its orders on), and dropped on return: it holds a copy
+    of array splits, not kept through evaluation."""
+    multiworker = is_multiworker(strategy)
+    train_data = None if multiworker else training_set(data.train, config)
+    callback_list = _callbacks(
+        config,
+        run_dir,
+        history_rows,
+        [*recipe.callbacks(config, data), *callbacks],
+        train_data=train_data,
+    )
+    return _train(
+        model,
+        data if multiworker else dataclasses.replace(data, train=train_data),
+        config,
+        strategy,
+        callback_list,
+        verbose,
     )
 
 

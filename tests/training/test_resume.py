@@ -68,6 +68,8 @@ CASES = {
     ),
     # Stock: a training split of arrays, which the runner batches and reshuffles.
     "arrays-after-epoch-2": ({"model.dropout": 0.3, "train.epochs": 4}, 2),
+    # The same, interrupted by a version that named the state file random_state.json.
+    "arrays-old-state-file": ({"model.dropout": 0.3, "train.epochs": 4}, 2),
 }
 
 
@@ -110,7 +112,9 @@ def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
             callbacks=[StopAfterEpoch(stopped_after)],
         )
     backup = tmp_path / "resumed" / runner.BACKUP_DIR
-    assert (backup / runner.RANDOM_STATE_FILE).is_file()
+    assert (backup / runner.RESUME_STATE_FILE).is_file()
+    if case.endswith("old-state-file"):
+        (backup / runner.RESUME_STATE_FILE).rename(backup / "random_state.json")
     begun = EpochsBegun()
     with caplog.at_level(logging.WARNING, logger="rnnkit"):
         resumed = runner.run(

@@ -319,6 +319,34 @@ def test_a_config_that_cannot_work_is_refused_before_anything_is_written(tmp_pat
     assert not any(tmp_path.iterdir())
 
 
+def test_the_training_set_is_released_before_evaluation(tmp_path, monkeypatch):
+    # The set holds a copy of array splits; evaluation (and the model's reload before
+    # it) must not keep that copy alive.
+    import gc
+    import weakref
+
+    made = []
+
+    def recorded(train, config):
+        dataset = training_set(train, config)
+        made.append(weakref.ref(dataset))
+        return dataset
+
+    training_set = runner.training_set
+    monkeypatch.setattr(runner, "training_set", recorded)
+    alive = []
+
+    class Recording(ToyRecipe):
+        def evaluate(self, model, data, config):
+            gc.collect()
+            alive.append([ref() is not None for ref in made])
+            return super().evaluate(model, data, config)
+
+    config = ToyConfig().with_values({"train.epochs": 2, "train.patience": 1})
+    runner.run(Recording(), config, tmp_path / "run", verbose=0)
+    assert made and alive == [[False] * len(made)]
+
+
 def test_training_set_batches_arrays_as_keras_would():
     """Dicts with lists inside, trailing None weights, float64 as Keras's float type,
     strings kept; arrays of different lengths or none at all get a one-line error."""
