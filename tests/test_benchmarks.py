@@ -174,6 +174,20 @@ CAPTIONING_ROWS = {
     "mobilenet_attention_penalty1": ("mobilenet_attention", "attention, lambda 1"),
     "mobilenet_attention_no_penalty": ("mobilenet_attention", "attention, lambda 0"),
     "mobilenet_mean": ("mobilenet_mean", "no attention"),
+    "small_cnn_attention": ("small_cnn_attention", "small CNN, attention"),
+    "small_cnn_mean": ("small_cnn_mean", "small CNN, no attention"),
+}
+# Each captioning system's test table (by the header that starts it) and the line that
+# lists its test BLEU-4 per seed.
+CAPTIONING_TABLES = {
+    "mobilenet": (
+        "| system | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | BLEU-4 greedy |",
+        "Test BLEU-4 per seed, beam 3:",
+    ),
+    "small_cnn": (
+        "| from scratch | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | BLEU-4 greedy |",
+        "Test BLEU-4 per seed of the small CNN, beam 3:",
+    ),
 }
 
 
@@ -207,6 +221,20 @@ def _row(table: str, label: str) -> list[str]:
     return [cell.strip() for cell in rows[0].strip("|").split("|")]
 
 
+NEAREST_ROWS = {
+    "mobilenet_attention": "nearest neighbour",
+    "mobilenet_mean": "nearest neighbour",
+    "small_cnn_attention": "nearest neighbour, the attention runs' CNN",
+    "small_cnn_mean": "nearest neighbour, the attention-free runs' CNN",
+}
+
+
+def _baseline_cell(values: list[float]) -> str:
+    """A baseline's figure: one number where every seed's is the same (the consensus
+    caption, features that no run trains), else their mean and deviation."""
+    return _mean_cell(values[:1] if len(set(values)) == 1 else values)
+
+
 def _mean_cell(values: list[float], spec: str = ".2f") -> str:
     mean, std = selection.mean_std(values)
     if len(values) == 1:
@@ -214,7 +242,10 @@ def _mean_cell(values: list[float], spec: str = ".2f") -> str:
     return f"{format(mean, spec)} ± {format(std, spec)}"
 
 
-@pytest.mark.parametrize("system", ["mobilenet_attention", "mobilenet_mean"])
+@pytest.mark.parametrize(
+    "system",
+    ["mobilenet_attention", "mobilenet_mean", "small_cnn_attention", "small_cnn_mean"],
+)
 def test_captioning_readme_quotes_the_committed_ledger(system):
     """Every figure of the README's test table for each system is its committed
     selection ledger's: mean (and standard deviation) over the chosen candidate's
@@ -226,7 +257,8 @@ def test_captioning_readme_quotes_the_committed_ledger(system):
         for key, run in ledger["runs"].items()
         if key.split("/")[0] == ledger["chosen"]
     ]
-    readme = _table("| system | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | BLEU-4 greedy |")
+    header, per_seed_start = CAPTIONING_TABLES[system.rsplit("_", 1)[0]]
+    readme = _table(header)
     label = CAPTIONING_ROWS[ledger["chosen"]][1]
     seeds = f"({len(runs)} seeds)" if len(runs) > 1 else "(seed 1337"
     label_cell, *cells = _row(readme, label)
@@ -243,16 +275,20 @@ def test_captioning_readme_quotes_the_committed_ledger(system):
     )
     assert cells == [*expected, epochs_cell], system
     readme_text = (ROOT / "recipes/captioning/README.md").read_text("utf-8")
-    per_seed = [
-        ln for ln in readme_text.splitlines() if ln.startswith("Test BLEU-4 per")
-    ]
+    per_seed = [ln for ln in readme_text.splitlines() if ln.startswith(per_seed_start)]
+    assert len(per_seed) == 1, per_seed_start
     for key, run in ledger["runs"].items():
         name, seed = key.split("/seed")
         if name == ledger["chosen"]:
             assert f"{run['test']['bleu4']:.2f} (seed {seed})" in per_seed[0], key
+    # Nearest neighbour compares the encoder's features: one row for the frozen
+    # MobileNet, a row per run for the small CNN (whose features each run learns).
     for baseline, key in (("consensus caption", "consensus"),
-                          ("nearest neighbour", "nearest_neighbour")):  # fmt: skip
-        figures = [f"{runs[0]['test'][f'{key}_bleu{n}']:.2f}" for n in (1, 2, 3, 4)]
+                          (NEAREST_ROWS[system], "nearest_neighbour")):  # fmt: skip
+        figures = [
+            _baseline_cell([run["test"][f"{key}_bleu{n}"] for run in runs])
+            for n in (1, 2, 3, 4)
+        ]
         assert _row(readme, baseline)[1:5] == figures, baseline
 
 
@@ -272,6 +308,8 @@ def test_captioning_readme_selection_table_is_the_ledgers_seed_1337():
     )
     assert attention["chosen"] == best
     for name, (system, label) in CAPTIONING_ROWS.items():
+        if not system.startswith("mobilenet"):  # chose nothing: one candidate each
+            continue
         run = _captioning_ledger(system)["runs"][f"{name}/seed1337"]
         figure = f"{run['validation']['bleu4']:.2f}"
         cells = _row(table, label)[1:]
