@@ -21,9 +21,10 @@ ranking, the test figures per seed and their mean and standard deviation, then o
 table of all systems and the baselines. Candidates beyond the four defaults (the
 attention model's variants: the regulariser at Xu et al.'s weight 1 instead of the
 config's 0.1, no regulariser, no gate, a smaller learning rate) are chosen with
-`--candidates`. `benchmarks/ledgers/captioning/` holds the runs of the MobileNet
-selection recorded so far (a folder per system, as in RUNS); to add to it, copy its
-folders into RUNS before running `--select` (a seed with no record trains afresh).
+`--candidates`. `benchmarks/ledgers/captioning/` holds the runs of the MobileNet and
+small-CNN systems recorded so far (a folder per system, as in RUNS); to add to it,
+copy its folders into RUNS before running `--select` (a seed with no record trains
+afresh).
 
 Reference: Show, Attend and Tell (Xu et al. 2015) report BLEU-4 19.5 on Flickr8k with
 soft attention and an ImageNet VGG encoder; Karpathy & Fei-Fei (2015) 16.0.
