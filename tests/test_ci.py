@@ -42,3 +42,26 @@ def test_ci_turns_missing_shared_data_into_failures(monkeypatch, tmp_path):
     with pytest.raises(pytest.skip.Exception, match="no-such-dataset.csv"):
         require(missing)
     assert require(tmp_path) == tmp_path
+
+
+def test_the_tests_scheduled_first_exist_and_come_first():
+    """tests/conftest.py hands out its longest tests first: each name it lists is a
+    test function of the suite (a renamed test would silently go back in line), and
+    the reordering puts them ahead of the rest, in their collected order."""
+    from types import SimpleNamespace
+
+    from tests import conftest
+
+    for prefix in conftest.LONGEST_FIRST:
+        path, function = prefix.split("::")
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert re.search(rf"^def {function}\(", source, re.M), prefix
+    ids = [
+        "tests/test_a.py::test_quick",
+        conftest.LONGEST_FIRST[1] + "[one]",
+        "tests/test_b.py::test_other",
+        conftest.LONGEST_FIRST[0] + "[two]",
+    ]
+    items = [SimpleNamespace(nodeid=nodeid) for nodeid in ids]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [item.nodeid for item in items] == [ids[1], ids[3], ids[0], ids[2]]
