@@ -1,14 +1,16 @@
 """Runs the code blocks of Markdown pages (README.md, docs/) as a reader would.
 
-```python blocks run each in a fresh interpreter in an empty folder. ```bash blocks run
-command by command, in order, in one scratch folder per page where `recipes/` is the
-repository's and `../shared` (the real data the smoke configs read) lies beside it, as
-in CI: `rnnkit` commands in this process through click's CliRunner (one TensorFlow
-start-up instead of one per command), `python -c` in a subprocess.
+```python blocks run in a fresh interpreter in an empty folder, a page's blocks in
+one interpreter (each in its own namespace, in order). ```bash blocks run command by
+command, in order, in one scratch folder per page where `recipes/` is the repository's
+and `../shared` (the real data the smoke configs read) lies beside it, as in CI:
+`rnnkit` commands in this process through click's CliRunner (one TensorFlow start-up
+instead of one per command), `python -c` in a subprocess.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -37,9 +39,20 @@ def block_id(block: str) -> str:
     return block.strip().splitlines()[0][:50]
 
 
-def run_python(source: str, folder: Path) -> None:
+def run_python(sources: str | list[str], folder: Path) -> None:
+    """Runs `sources` (one block or a page's blocks, in order) in one fresh
+    interpreter in `folder`, each block in a namespace of its own, as a reader pasting
+    a page's examples one after another into a Python session would."""
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    driver = (
+        "import json, sys\n"
+        f"for number, source in enumerate(json.loads({json.dumps(sources)!r}), 1):\n"
+        "    print(f'== block {number}', file=sys.stderr, flush=True)\n"
+        "    code = compile(source, f'<block {number}>', 'exec')\n"
+        "    exec(code, {'__name__': '__main__'})\n"
+    )
     result = subprocess.run(
-        [sys.executable, "-c", source],
+        [sys.executable, "-c", driver],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -176,10 +176,22 @@ def test_site_needs_nothing_from_the_network(site):
 # -- The examples on the pages --------------------------------------------------------
 
 
-@pytest.mark.parametrize("example", page_blocks("python"), ids=example_id)
-def test_docs_python_example_runs(example, tmp_path):
-    page, source = example
-    run_python(source, tmp_path)
+def python_pages() -> list:
+    """Each page with its ```python blocks, in order: one test per page."""
+    pages: dict[Path, list[str]] = {}
+    for page, block in page_blocks("python"):
+        pages.setdefault(page, []).append(block)
+    return [
+        pytest.param(sources, id=str(page.relative_to(DOCS)))
+        for page, sources in pages.items()
+    ]
+
+
+@pytest.mark.parametrize("sources", python_pages())
+def test_docs_python_examples_run(sources, tmp_path):
+    """A page's examples run in one fresh interpreter (one start-up of the framework
+    per page), each block in its own namespace."""
+    run_python(sources, tmp_path)
 
 
 def shell_pages() -> list:
