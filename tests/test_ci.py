@@ -45,23 +45,26 @@ def test_ci_turns_missing_shared_data_into_failures(monkeypatch, tmp_path):
 
 
 def test_the_tests_scheduled_first_exist_and_come_first():
-    """tests/conftest.py hands out its longest tests first: each name it lists is a
-    test function of the suite (a renamed test would silently go back in line), and
-    the reordering puts them ahead of the rest, in their collected order."""
+    """tests/conftest.py hands out its longest tests first: each test, file or folder
+    it names exists (a renamed one would silently go back in line), and the
+    reordering puts them ahead of the rest in its order, each in collection order."""
     from types import SimpleNamespace
 
     from tests import conftest
 
     for prefix in conftest.LONGEST_FIRST:
-        path, function = prefix.split("::")
-        source = (ROOT / path).read_text(encoding="utf-8")
-        assert re.search(rf"^def {function}\(", source, re.M), prefix
+        path, _, function = prefix.partition("::")
+        assert (ROOT / path).exists(), prefix
+        if function:
+            source = (ROOT / path).read_text(encoding="utf-8")
+            assert re.search(rf"^def {function}\(", source, re.M), prefix
     ids = [
         "tests/test_a.py::test_quick",
         conftest.LONGEST_FIRST[1] + "[one]",
         "tests/test_b.py::test_other",
         conftest.LONGEST_FIRST[0] + "[two]",
+        conftest.LONGEST_FIRST[1] + "[three]",
     ]
     items = [SimpleNamespace(nodeid=nodeid) for nodeid in ids]
     conftest.pytest_collection_modifyitems(None, items)
-    assert [item.nodeid for item in items] == [ids[1], ids[3], ids[0], ids[2]]
+    assert [item.nodeid for item in items] == [ids[3], ids[1], ids[4], ids[0], ids[2]]
