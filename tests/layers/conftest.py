@@ -61,3 +61,13 @@ def jax_compilation_cache(tmp_path_factory):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reload_process():
+    """The worker's reload process (tests/layers/reload_child.py) ends with the
+    session."""
+    from tests.layers.recurrent_checks import stop_reload_child
+
+    yield
+    stop_reload_child()

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -415,29 +418,91 @@ def check_save_and_reload(family: Family, tmp_path):
 def check_reloads_in_fresh_process(model, inputs, path, policy="float32"):
     """`model` saved to `path` (.keras) reloads in a fresh process that imports only
     rnnkit (and keras) and whose global dtype policy is `policy`, holds rnnkit's
-    layers and gives the same outputs on `inputs` (an array or a dict of arrays)."""
+    layers and gives the same outputs on `inputs` (an array or a dict of arrays).
+
+    The process (tests/layers/reload_child.py) is started once per test worker and
+    serves every reload of the worker; it never imports the tests."""
     expected = keras.ops.convert_to_numpy(keras.ops.cast(model(inputs), "float32"))
     model.save(path)
     named = inputs if isinstance(inputs, dict) else {"": inputs}
-    arrays = {name: (a.tolist(), str(a.dtype)) for name, a in named.items()}
-    script = (
-        "import json, numpy as np, keras, rnnkit.layers\n"
-        f"keras.config.set_dtype_policy({policy!r})\n"
-        f"model = keras.saving.load_model({str(path)!r})\n"
-        f"inputs = {{k: np.array(v, d) for k, (v, d) in {arrays!r}.items()}}\n"
-        f"inputs = inputs if {isinstance(inputs, dict)} else inputs['']\n"
-        "outputs = keras.ops.cast(model(inputs), 'float32')\n"
-        "print(json.dumps(keras.ops.convert_to_numpy(outputs).tolist()))\n"
-        "print(json.dumps(sorted({type(l).__module__.split('.')[0] for l in "
-        "model._flatten_layers()})))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.strip().splitlines()
-    assert_close(np.array(json.loads(lines[-2])), expected, what="reloaded model")
-    assert "rnnkit" in json.loads(lines[-1])
+    np.savez(path.with_suffix(".inputs.npz"), **named)
+    request = {
+        "path": str(path),
+        "policy": policy,
+        "inputs": str(path.with_suffix(".inputs.npz")),
+        "outputs": str(path.with_suffix(".outputs.npz")),
+    }
+    answer = _reload_child().ask(request)
+    assert answer == "ok", json.loads(answer.removeprefix("error: "))
+    with np.load(request["outputs"]) as reloaded:
+        assert_close(reloaded["outputs"], expected, what="reloaded model")
+        assert "rnnkit" in reloaded["packages"].tolist()
+
+
+class _ReloadChild:
+    """The worker's reload process: one request per line in, one answer out."""
+
+    TIMEOUT_SECONDS = 300
+
+    def __init__(self):
+        self.log = Path(tempfile.mkstemp(prefix="reload_child_", suffix=".log")[1])
+        with open(self.log, "w", encoding="utf-8") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.layers.reload_child"],
+                cwd=Path(__file__).resolve().parents[2],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+
+    def ask(self, request: dict) -> str:
+        from tests.layers.reload_child import ANSWER
+
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        while True:
+            ready, _, _ = select.select(
+                [self.process.stdout], [], [], self.TIMEOUT_SECONDS
+            )
+            line = self.process.stdout.readline() if ready else ""
+            if not line:
+                self.stop()
+                raise AssertionError(
+                    "the reload process died or hung: "
+                    + self.log.read_text(encoding="utf-8")[-3000:]
+                )
+            if line.startswith(ANSWER):
+                return line[len(ANSWER) :].strip()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process.stdin and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+        self.log.unlink(missing_ok=True)
+
+
+_CHILD: list[_ReloadChild] = []
+
+
+def _reload_child() -> _ReloadChild:
+    if not (_CHILD and _CHILD[0].alive()):
+        _CHILD[:] = [_ReloadChild()]
+    return _CHILD[0]
+
+
+def stop_reload_child() -> None:
+    """Ends the worker's reload process (at the end of the session)."""
+    while _CHILD:
+        _CHILD.pop().stop()
 
 
 # Largest difference from the float32 layer allowed under each mixed policy, for the
