@@ -1,8 +1,9 @@
 """The order in which the suite's tests are handed out.
 
-The longest tests first: pytest-xdist hands the tests to its workers in collection
-order, so a two-minute test collected last would run alone at the end while the
-other workers wait.
+The longest tests first: pytest-xdist shares the tests out among its workers in
+collection order (setup.cfg's `--dist worksteal`: contiguous shares, and a worker
+that runs out takes half of what another has left), so a two-minute test collected
+last would run alone at the end while the other workers wait.
 """
 
 from __future__ import annotations
