@@ -45,22 +45,12 @@ def jax_compilation_cache(tmp_path_factory):
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     folder = shared / "jax-compilation-cache"
     folder.mkdir(exist_ok=True)
-    variables = {
-        "JAX_COMPILATION_CACHE_DIR": str(folder),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    }
-    previous = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # restores the variables at the end
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         yield folder
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="session", autouse=True)
