@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import select
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import keras
 import numpy as np
+
+from tests.served_process import ServedProcess, ServedProcesses
 
 BATCH, STEPS, FEATURES, UNITS = 3, 6, 5, 4
 
@@ -432,77 +429,30 @@ def check_reloads_in_fresh_process(model, inputs, path, policy="float32"):
         "inputs": str(path.with_suffix(".inputs.npz")),
         "outputs": str(path.with_suffix(".outputs.npz")),
     }
-    answer = _reload_child().ask(request)
+    answer = _reload_child().ask(json.dumps(request))
     assert answer == "ok", json.loads(answer.removeprefix("error: "))
     with np.load(request["outputs"]) as reloaded:
         assert_close(reloaded["outputs"], expected, what="reloaded model")
         assert "rnnkit" in reloaded["packages"].tolist()
 
 
-class _ReloadChild:
-    """The worker's reload process: one request per line in, one answer out."""
-
-    TIMEOUT_SECONDS = 300
-
-    def __init__(self):
-        self.log = Path(tempfile.mkstemp(prefix="reload_child_", suffix=".log")[1])
-        with open(self.log, "w", encoding="utf-8") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.layers.reload_child"],
-                cwd=Path(__file__).resolve().parents[2],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-
-    def ask(self, request: dict) -> str:
-        from tests.layers.reload_child import ANSWER
-
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        while True:
-            ready, _, _ = select.select(
-                [self.process.stdout], [], [], self.TIMEOUT_SECONDS
-            )
-            line = self.process.stdout.readline() if ready else ""
-            if not line:
-                self.stop()
-                raise AssertionError(
-                    "the reload process died or hung: "
-                    + self.log.read_text(encoding="utf-8")[-3000:]
-                )
-            if line.startswith(ANSWER):
-                return line[len(ANSWER) :].strip()
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process.stdout.close()
-        self.log.unlink(missing_ok=True)
+_SERVED = ServedProcesses()
 
 
-_CHILD: list[_ReloadChild] = []
+def _reload_child() -> ServedProcess:
+    from tests.layers.reload_child import ANSWER
 
-
-def _reload_child() -> _ReloadChild:
-    if not (_CHILD and _CHILD[0].alive()):
-        _CHILD[:] = [_ReloadChild()]
-    return _CHILD[0]
+    return _SERVED.get(
+        "reload",
+        lambda: ServedProcess(
+            "reload_child", "tests.layers.reload_child", answer=ANSWER
+        ),
+    )
 
 
 def stop_reload_child() -> None:
     """Ends the worker's reload process (at the end of the session)."""
-    while _CHILD:
-        _CHILD.pop().stop()
+    _SERVED.stop_all()
 
 
 # Largest difference from the float32 layer allowed under each mixed policy, for the
