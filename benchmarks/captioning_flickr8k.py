@@ -274,14 +274,18 @@ def select(recipe, overrides, args) -> None:
         print(f"dev beam BLEU-4 (seed {seeds[0]}; the epoch early stopping kept):")
         print_validation(ledger, width=32, digits=2)
         print(f"{ledger['chosen']}, test split, per seed:")
-        print("  seed   dev B4  B1     B2     B3     B4     B4 greedy  epochs  s/epoch")
+        print(
+            "  seed   dev B4  B1     B2     B3     B4     B4 greedy  epochs  s/epoch"
+            "  CPU"
+        )
         for seed, record in rows:
             test = record["test"]
             print(
                 f"  {seed:<5} {record['validation']['bleu4']:6.2f}  "
                 + " ".join(f"{test[k]:6.2f}" for k in BLEU)
                 + f" {test['bleu4_greedy']:9.2f}  {record['epochs']:6d}  "
-                f"{record['seconds_per_epoch']:7.0f}"
+                f"{record['seconds_per_epoch']:7.0f}  "
+                + " then ".join(record.get("cpus", ["not recorded"]))
             )
         print_means(rows, (*BLEU, "bleu4_greedy"), digits=2)
 

@@ -10,10 +10,12 @@ seeds: the protocol every quality benchmark in this folder follows (issue 34).
    reported as mean and sample standard deviation over all its seeds.
 
 Finished runs are recorded in `selection.json` in the output folder, so an interrupted
-selection resumes where it stopped. A run with no record continues from its last
-finished epoch when its directory holds an interrupted run of the same config with a
-backup (`interrupted_run`); otherwise it trains again from the start, in a fresh
-directory. Imported by the scripts in this folder.
+selection resumes where it stopped; a run trained through `train_resumable` records
+the CPU models its epochs ran on (`cpus`, in the order first used: a resumed run may
+span machines, and its seconds per epoch then mix them). A run with no record
+continues from its last finished epoch when its directory holds an interrupted run of
+the same config with a backup (`interrupted_run`); otherwise it trains again from the
+start, in a fresh directory. Imported by the scripts in this folder.
 """
 
 from __future__ import annotations
@@ -147,6 +149,8 @@ def select_then_seeds(
     compared. A later call may add candidates: each trains with the first seed and
     joins the comparison (the choice is then made among the candidates of that call).
     """
+    from timing import EPOCH_SECONDS, read_epoch_record
+
     out.mkdir(parents=True, exist_ok=True)
     ledger = _ledger(out)
     settings = json.loads(json.dumps(settings or {}, sort_keys=True))
@@ -170,6 +174,10 @@ def select_then_seeds(
             ):
                 shutil.rmtree(run_dir)
             runs[key] = train(name, candidates[name], seed, run_dir)
+            record = run_dir / EPOCH_SECONDS
+            if record.is_file():  # trained through train_resumable
+                _, cpus = read_epoch_record(record)
+                runs[key]["cpus"] = sorted(set(cpus), key=cpus.index)
             _record(out, ledger)
         return runs[key]
 

@@ -34,37 +34,54 @@ def cpu_line() -> str:
     return f"{cpu_model()} ({os.cpu_count()} cores visible)"
 
 
+def read_epoch_record(record: Path) -> tuple[list[float], list[str]]:
+    """The seconds and the CPU model of each epoch `epoch_timer` recorded in `record`
+    (epochs recorded before the CPU was, as a bare list of seconds, read as
+    "unknown")."""
+    data = json.loads(record.read_text())
+    if isinstance(data, list):
+        return [float(s) for s in data], ["unknown"] * len(data)
+    return [float(s) for s in data["seconds"]], [str(c) for c in data["cpus"]]
+
+
 def epoch_timer(max_minutes: float = 0.0, record: Path | None = None):
     """A Keras callback whose `seconds` lists each training epoch's wall time
-    (validation included, as `fit` runs it).
+    (validation included, as `fit` runs it), and `cpus` the CPU model each epoch
+    ran on.
 
     With `max_minutes` > 0 it ends training after the epoch past which one more
     epoch, at the mean epoch time so far, would end after `max_minutes`: the run is
     then the same as one with train.epochs set to the epochs it trained.
 
-    With `record` (a JSON file, in the run directory) the times are written there
-    after every epoch, so that a run resumed from its backup (`runner.run(...,
-    resume=True)`) counts the epochs an earlier process trained: the times of the
-    epochs before the one training resumes at are read back, later ones (an epoch
-    cut off before its backup was written) dropped.
+    With `record` (a JSON file, in the run directory) the times and CPUs are written
+    there after every epoch, so that a run resumed from its backup (`runner.run(...,
+    resume=True)`) counts the epochs an earlier process trained, on whichever
+    machine: those before the epoch training resumes at are read back, later ones (an
+    epoch cut off before its backup was written) dropped.
     """
     import keras
 
+    cpu = cpu_model()
+
     class EpochTimer(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            self.seconds = []
+            self.seconds, self.cpus = [], []
             if record is not None and record.is_file():
-                self.seconds = [float(s) for s in json.loads(record.read_text())]
+                self.seconds, self.cpus = read_epoch_record(record)
 
         def on_epoch_begin(self, epoch, logs=None):
             del self.seconds[epoch:]
+            del self.cpus[epoch:]
             self.started = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
             self.seconds.append(time.perf_counter() - self.started)
+            self.cpus.append(cpu)
             if record is not None:
                 temporary = record.with_name(f".{record.name}.tmp")
-                temporary.write_text(json.dumps(self.seconds))
+                temporary.write_text(
+                    json.dumps({"seconds": self.seconds, "cpus": self.cpus})
+                )
                 os.replace(temporary, record)
             spent = sum(self.seconds)
             mean = spent / len(self.seconds)

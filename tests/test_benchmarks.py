@@ -164,7 +164,33 @@ def test_epoch_times_of_a_resumed_run_include_the_earlier_process(tmp_path):
     epochs(resumed, 2, 5)  # the backup restores epoch 2's start
     assert resumed.seconds[:2] == first.seconds[:2]
     assert len(resumed.seconds) == 5
-    assert json.loads(record.read_text()) == resumed.seconds
+    assert timing.read_epoch_record(record) == (resumed.seconds, resumed.cpus)
+    assert resumed.cpus == [timing.cpu_model()] * 5
+
+
+def test_each_run_records_the_cpus_its_epochs_ran_on(tmp_path, monkeypatch):
+    """A run resumed on another machine records both CPUs, in the order used; a
+    record written before the CPUs were reads them as unknown."""
+
+    def train(name, overrides, seed, run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = run_dir / timing.EPOCH_SECONDS
+        for cpu, epochs in (("Intel Xeon", (0, 1)), ("AMD EPYC", (2, 3))):
+            monkeypatch.setattr(timing, "cpu_model", lambda cpu=cpu: cpu)
+            timer = timing.epoch_timer(record=record)
+            timer.on_train_begin()
+            for epoch in epochs:
+                timer.on_epoch_begin(epoch)
+                timer.on_epoch_end(epoch)
+        return {"validation": {"bleu": 1.0}, "test": {"bleu": 1.0}}
+
+    ledger = selection.select_then_seeds(
+        {"a": {}}, train, [1337], tmp_path, "bleu", settings=settings("a")
+    )
+    assert ledger["runs"]["a/seed1337"]["cpus"] == ["Intel Xeon", "AMD EPYC"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps([1.5, 2.5]))
+    assert timing.read_epoch_record(old) == ([1.5, 2.5], ["unknown", "unknown"])
 
 
 CAPTIONING_LEDGERS = ROOT / "benchmarks/ledgers/captioning"
