@@ -1,7 +1,11 @@
 """CI runs what the README tells a new user to run, and nothing else."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,3 +72,18 @@ def test_the_tests_scheduled_first_exist_and_come_first():
     items = [SimpleNamespace(nodeid=nodeid) for nodeid in ids]
     conftest.pytest_collection_modifyitems(None, items)
     assert [item.nodeid for item in items] == [ids[3], ids[1], ids[4], ids[0], ids[2]]
+
+
+@pytest.mark.parametrize(
+    "command", [["check"], ["format", "--check"]], ids=["lint", "format"]
+)
+def test_the_code_is_ruff_clean(command):
+    """`ruff check .` and `ruff format --check .` (the settings in pyproject.toml),
+    notebooks included."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
