@@ -13,6 +13,7 @@ tests/export/support.py (tests/export/runtime_child.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
@@ -39,8 +40,12 @@ class ServedProcess:
     ) -> None:
         self.name = name
         self.answer = answer
-        self.log = Path(tempfile.mkstemp(prefix=f"{name}_", suffix=".log")[1])
+        handle, log = tempfile.mkstemp(prefix=f"{name}_", suffix=".log")
+        os.close(handle)
+        self.log = Path(log)
         with open(self.log, "w", encoding="utf-8") as stderr:
+            # Unbuffered bytes: a line read leaves nothing in a Python buffer that
+            # select() cannot see, so output before an answer never hides it.
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, *args],
                 cwd=ROOT,
@@ -48,32 +53,40 @@ class ServedProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                text=True,
+                bufsize=0,
             )
 
     def ask(self, request: str) -> str:
         """The child's answer to `request` (one line), without its prefix."""
-        self.process.stdin.write(request + "\n")
-        self.process.stdin.flush()
+        try:
+            pending = (request + "\n").encode()
+            while pending:
+                pending = pending[self.process.stdin.write(pending) :]
+        except BrokenPipeError:  # the child died before the request
+            self._fail()
         while True:
             ready, _, _ = select.select(
                 [self.process.stdout], [], [], self.TIMEOUT_SECONDS
             )
-            line = self.process.stdout.readline() if ready else ""
+            line = self.process.stdout.readline() if ready else b""
             if not line:
-                self.process.kill()
-                log = self.log.read_text(encoding="utf-8")[-3000:]
-                self.stop()
-                raise AssertionError(f"the {self.name} process died or hung: {log}")
-            if line.startswith(self.answer):
-                return line[len(self.answer) :].strip()
+                self._fail()
+            text = line.decode(errors="replace")
+            if text.startswith(self.answer):
+                return text[len(self.answer) :].strip()
+
+    def _fail(self):
+        self.process.kill()
+        log = self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        self.stop()
+        raise AssertionError(f"the {self.name} process died or hung: {log}")
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self) -> None:
         """Closes the child's input (it ends its loop), waits, and removes its log."""
-        if not self.process.stdin.closed:
+        with contextlib.suppress(BrokenPipeError):  # a child that died
             self.process.stdin.close()
         try:
             self.process.wait(timeout=30)
@@ -100,6 +113,13 @@ class ServedProcesses:
         return child
 
     def stop_all(self) -> None:
-        while self._running:
-            _, child = self._running.popitem()
-            child.stop()
+        """Stops every child, even when stopping one of them fails."""
+        children, self._running = list(self._running.values()), {}
+        failures = []
+        for child in children:
+            try:
+                child.stop()
+            except Exception as failure:  # the others still stop
+                failures.append(failure)
+        if failures:
+            raise failures[0]
