@@ -33,8 +33,15 @@ def start(tmp_path, monkeypatch):
     return start
 
 
-def test_lines_printed_before_an_answer_do_not_hide_it(start):
+@pytest.fixture
+def served():
+    """The children of one test, stopped after it even when it fails."""
     served = ServedProcesses()
+    yield served
+    served.stop_all()
+
+
+def test_lines_printed_before_an_answer_do_not_hide_it(start, served):
     child = served.get("chatty", start("chatty"))
     assert [child.ask("one"), child.ask("two")] == ["got one", "got two"]
     assert served.get("chatty", start("chatty")) is child  # alive: the same child
@@ -44,8 +51,7 @@ def test_lines_printed_before_an_answer_do_not_hide_it(start):
 
 
 @pytest.mark.parametrize("name", ["quits", "hangs"])
-def test_a_child_that_dies_or_hangs_fails_the_request_with_its_log(start, name):
-    served = ServedProcesses()
+def test_a_child_that_dies_or_hangs_fails_the_request_with_its_log(start, served, name):
     child = served.get(name, start(name))
     if name == "quits":
         child.process.wait(timeout=30)  # dead before the request
@@ -55,4 +61,3 @@ def test_a_child_that_dies_or_hangs_fails_the_request_with_its_log(start, name):
     assert not child.alive() and not child.log.exists()
     again = served.get(name, start("chatty"))  # replaced, without a second failure
     assert again is not child and again.alive()
-    served.stop_all()
