@@ -8,6 +8,10 @@ last would run alone at the end while the other workers wait.
 
 from __future__ import annotations
 
+import sys
+
+import pytest
+
 # Tests (node-id prefixes: a test, a file or a folder) that hold the suite's longest
 # tests (a quarter of a minute to two minutes each on a 2-core CPU), handed out first
 # in this order; the rest follow in collection order. tests/training and tests/tuning,
@@ -31,3 +35,13 @@ def pytest_collection_modifyitems(config, items):
         return len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: collection order within each rank
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reload_process():
+    """The worker's reload process (rnnkit/testing/_reload_child.py, started by the
+    first fresh-process reload check) ends with the session."""
+    yield
+    reload = sys.modules.get("rnnkit.testing._reload")  # None: no check started one
+    if reload is not None:
+        reload.stop_reload_child()

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnkit.testing._served_process import ServedProcess, ServedProcesses
 from tests.export.runtime_child import ANSWER
-from tests.served_process import ServedProcess, ServedProcesses
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOLERANCE = 1e-5
 
@@ -30,6 +32,7 @@ def _child(kind: str) -> ServedProcess:
             kind,
             answer=ANSWER,
             env={"TF_CPP_MIN_LOG_LEVEL": "3"},
+            cwd=ROOT,
         ),
     )
 

@@ -51,13 +51,3 @@ def jax_compilation_cache(tmp_path_factory):
         patch.setenv("JAX_COMPILATION_CACHE_DIR", str(folder))
         patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         yield folder
-
-
-@pytest.fixture(scope="session", autouse=True)
-def reload_process():
-    """The worker's reload process (tests/layers/reload_child.py) ends with the
-    session."""
-    from tests.layers.recurrent_checks import stop_reload_child
-
-    yield
-    stop_reload_child()

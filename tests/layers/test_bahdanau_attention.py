@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import BahdanauAttention, bahdanau_attention
-from tests.layers import attention_checks as checks
-from tests.layers.recurrent_checks import assert_close
+from rnnkit.testing import attention as checks
+from rnnkit.testing import references
+from rnnkit.testing.recurrent import assert_close
 
 B, TQ, TV = checks.BATCH, checks.QUERY_STEPS, checks.VALUE_STEPS
 QUERY_DIM, VALUE_DIM, KEY_DIM, UNITS = 4, 3, 2, 5
@@ -21,7 +22,7 @@ def numpy_bahdanau(query, value, key, query_kernel, key_kernel, bias, v, mask=No
                     query[b, i] @ query_kernel + key[b, j] @ key_kernel + bias
                 )
                 scores[b, i, j] = v @ hidden
-    weights = checks.numpy_masked_softmax(scores, mask)
+    weights = references.masked_softmax(scores, mask)
     return np.einsum("bqk,bkv->bqv", weights, value), weights
 
 
@@ -84,7 +85,7 @@ def test_outputs_and_weights_match_numpy(use_bias, masks):
     data = inputs()
     layer = built_layer(use_bias)
     output, weights = layer(**data, return_attention_scores=True, **masks)
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
     expected, expected_weights = numpy_bahdanau(
         data["query"], data["value"], data["key"], *numpy_weights(layer), mask
     )
@@ -100,7 +101,7 @@ PATHS = {"default": None, "uncompiled": False}
 @pytest.mark.parametrize("jit_compile", PATHS.values(), ids=PATHS.keys())
 @pytest.mark.parametrize("masks", MASK_CASES.values(), ids=MASK_CASES.keys())
 def test_gradients_match_numpy(masks, jit_compile):
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
 
     def forward(query_kernel, key_kernel, bias, v, query, value, key):
         weights = (query_kernel, key_kernel, bias, v)
@@ -140,7 +141,7 @@ def test_single_step_gradients_match_numpy():
     data = inputs(2)
     data["query"] = data["query"][:, 0]
     value_mask = checks.padding_mask()
-    mask = checks.numpy_attention_mask(1, TV, value_mask=value_mask)
+    mask = references.attention_mask(1, TV, value_mask=value_mask)
 
     def forward(query_kernel, key_kernel, bias, v, query, value, key):
         weights = (query_kernel, key_kernel, bias, v)
@@ -256,7 +257,7 @@ def test_keras_masks_from_embedding_propagate():
     table = keras.ops.convert_to_numpy(embedding.embeddings).astype(np.float64)
     query, value = table[query_ids], table[value_ids]
     query_mask, value_mask = query_ids != 0, value_ids != 0
-    mask = checks.numpy_attention_mask(3, 5, query_mask, value_mask)
+    mask = references.attention_mask(3, 5, query_mask, value_mask)
     weights = [np.asarray(w, np.float64) for w in attention.get_weights()]
     context, _ = numpy_bahdanau(query, value, value, *weights, mask)
     expected = (context * query_mask[..., None]).sum(1) / query_mask.sum(1)[:, None]
@@ -361,7 +362,3 @@ def test_mixed_precision_outputs_and_gradients_match_float32(policy):
         assert layers[-1].execution_path == bahdanau_attention.XLA_PATH + (
             ", in float32 under mixed_bfloat16" if in_float32 else ""
         )
-
-
-def test_docstring_example():
-    checks.check_docstring_examples(bahdanau_attention)

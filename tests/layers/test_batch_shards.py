@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, SimpleRNN, _batch_shards
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from tests.layers import recurrent_checks as internal
 
 LAYERS = {"GRU": (GRU, 1), "LSTM": (LSTM, 2), "SimpleRNN": (SimpleRNN, 1)}
 TF_ONLY = pytest.mark.skipif(
@@ -37,7 +38,7 @@ def _shards_named(path):
 def _pair(name, shards, **options):
     """The same layer with `batch_shards=shards` and with 1, with the same weights."""
     layer_cls, _ = LAYERS[name]
-    return checks.same_weights_pair(
+    return internal.same_weights_pair(
         layer_cls,
         {"batch_shards": shards},
         {"batch_shards": 1},
@@ -90,7 +91,7 @@ def test_sharded_loop_equals_one_loop(name, training, mask_kind, options):
         )
     assert _shards_named(sharded.execution_path) == 3, sharded.execution_path
     assert _shards_named(whole.execution_path) == 1, whole.execution_path
-    checks.assert_same_results(sharded.trainable_variables, results[3], results[1])
+    internal.assert_same_results(sharded.trainable_variables, results[3], results[1])
 
 
 @TF_ONLY

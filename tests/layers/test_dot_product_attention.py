@@ -2,9 +2,10 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import DotProductAttention, dot_product_attention
-from tests.layers import attention_checks as checks
-from tests.layers.recurrent_checks import assert_close
+from rnnkit.layers import DotProductAttention
+from rnnkit.testing import attention as checks
+from rnnkit.testing import references
+from rnnkit.testing.recurrent import assert_close
 
 B, TQ, TV, DIM, VALUE_DIM = checks.BATCH, checks.QUERY_STEPS, checks.VALUE_STEPS, 4, 3
 
@@ -14,7 +15,7 @@ def numpy_dot_product_attention(query, value, key, scaled=True, mask=None):
     scores = np.einsum("bqd,bkd->bqk", query, key)
     if scaled:
         scores = scores / np.sqrt(query.shape[-1])
-    weights = checks.numpy_masked_softmax(scores, mask)
+    weights = references.masked_softmax(scores, mask)
     return np.einsum("bqk,bkv->bqv", weights, value), weights
 
 
@@ -44,7 +45,7 @@ def test_outputs_and_weights_match_numpy(scaled, masks):
     output, weights = DotProductAttention(scaled=scaled)(
         **data, return_attention_scores=True, **masks
     )
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
     expected, expected_weights = numpy_dot_product_attention(
         data["query"], data["value"], data["key"], scaled, mask
     )
@@ -54,7 +55,7 @@ def test_outputs_and_weights_match_numpy(scaled, masks):
 
 @pytest.mark.parametrize("masks", MASK_CASES.values(), ids=MASK_CASES.keys())
 def test_gradients_match_numpy(masks):
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
 
     def forward(query, value, key):
         return numpy_dot_product_attention(query, value, key, True, mask)[0]
@@ -126,7 +127,7 @@ def test_keras_masks_from_embedding_propagate():
     table = keras.ops.convert_to_numpy(embedding.embeddings).astype(np.float64)
     query, value = table[query_ids], table[value_ids]
     query_mask, value_mask = query_ids != 0, value_ids != 0
-    mask = checks.numpy_attention_mask(3, 5, query_mask, value_mask)
+    mask = references.attention_mask(3, 5, query_mask, value_mask)
     context, _ = numpy_dot_product_attention(query, value, value, True, mask)
     expected = (context * query_mask[..., None]).sum(1) / query_mask.sum(1)[:, None]
     assert_close(result, expected)
@@ -194,7 +195,3 @@ def test_training_step_reduces_loss():
 def test_mixed_precision_outputs_and_gradients_match_float32(policy):
     masks = MASK_CASES["key_mask_causal"]
     checks.check_mixed_precision(DotProductAttention, inputs(3), policy, **masks)
-
-
-def test_docstring_example():
-    checks.check_docstring_examples(dot_product_attention)

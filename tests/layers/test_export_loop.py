@@ -16,7 +16,7 @@ import pytest
 
 from rnnkit._keras_private import backend as keras_backend
 from rnnkit.layers import LSTM, BahdanauAttention, _export
-from tests.layers.recurrent_checks import assert_close
+from rnnkit.testing.recurrent import assert_close
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="export traces TensorFlow graphs"

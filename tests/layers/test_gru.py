@@ -3,14 +3,15 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, GRUCell
-from tests.layers import numpy_rnn
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from rnnkit.testing import references
+from tests.layers import recurrent_checks as internal
 
 
 def numpy_forward(x, weights, initial, mask, options):
     reset_after = options.get("reset_after", True)
     h0 = initial[0] if initial else None
-    outputs, *_ = numpy_rnn.gru_forward(
+    outputs, *_ = references.gru_forward(
         x, *weights, h0=h0, mask=mask, reset_after=reset_after
     )
     return outputs
@@ -18,12 +19,12 @@ def numpy_forward(x, weights, initial, mask, options):
 
 def numpy_bptt(x, weights, output_weights, initial, options):
     h0 = initial[0] if initial else None
-    return numpy_rnn.gru_bptt(
+    return references.gru_bptt(
         x, *weights, output_weights, h0=h0, reset_after=options.get("reset_after", True)
     )
 
 
-FAMILY = checks.Family(
+FAMILY = checks.RecurrentFamily(
     name="gru",
     layer=GRU,
     cell=GRUCell,
@@ -152,7 +153,7 @@ def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
 
     def fake_gru(sequences, h0, mask, kernel, recurrent_kernel, bias, **kwargs):
         calls.append((kernel, recurrent_kernel, bias, kwargs))
-        outputs, h, _ = numpy_rnn.gru_forward(
+        outputs, h, _ = references.gru_forward(
             np.asarray(sequences, np.float64),
             *(np.asarray(w, np.float64) for w in (kernel, recurrent_kernel, bias)),
         )
@@ -171,6 +172,6 @@ def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
     calls.clear()
     blocked(x)
     assert not calls
-    assert checks.is_generic_path(blocked.execution_path, "reset_after=False")
+    assert internal.is_generic_path(blocked.execution_path, "reset_after=False")
     monkeypatch.undo()
     checks.assert_close(keras.ops.convert_to_numpy(layer(x)), expected)

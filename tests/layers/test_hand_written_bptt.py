@@ -8,7 +8,8 @@ does not cover fall back to automatic differentiation and say why.
 import keras
 import pytest
 
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from tests.layers import recurrent_checks as internal
 from tests.layers.test_gru import FAMILY as GRU
 from tests.layers.test_lstm import FAMILY as LSTM
 from tests.layers.test_simple_rnn import FAMILY as SIMPLE_RNN
@@ -20,16 +21,16 @@ family_parameter = pytest.mark.parametrize(
 
 
 @pytest.mark.skipif(
-    not checks.hand_written_bptt_expected(),
+    not internal.hand_written_bptt_expected(),
     reason="the hand-written backward pass is TensorFlow's",
 )
 @pytest.mark.parametrize(
-    "case", checks.BPTT_CASES.values(), ids=checks.BPTT_CASES.keys()
+    "case", internal.BPTT_CASES.values(), ids=internal.BPTT_CASES.keys()
 )
 @family_parameter
 def test_matches_autodiff_through_the_same_loop(family, case):
     options, mask_kind, with_initial_state, compiled = case
-    checks.check_hand_written_bptt_matches_autodiff(
+    internal.check_hand_written_bptt_matches_autodiff(
         family, options, mask_kind, with_initial_state, compiled
     )
 
@@ -84,7 +85,7 @@ TRAINING_PATHS = {
     "family, options, reason", TRAINING_PATHS.values(), ids=TRAINING_PATHS.keys()
 )
 def test_training_call_names_its_backward_pass(family, options, reason):
-    checks.check_training_path_is_named(family, options, reason)
+    internal.check_training_path_is_named(family, options, reason)
 
 
 def test_mixed_precision_training_differentiates_automatically():
@@ -95,6 +96,6 @@ def test_mixed_precision_training_differentiates_automatically():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
-        checks.check_training_path_is_named(LSTM, {}, reason)
+        internal.check_training_path_is_named(LSTM, {}, reason)
     finally:
         keras.config.set_dtype_policy(previous)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from tests.layers import recurrent_checks as internal
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="cuDNN hand-off is TF-only"
@@ -67,7 +68,7 @@ def test_eager_mask_cudnn_cannot_take_runs_the_generic_loop(
     layer = layer_cls(checks.UNITS, return_sequences=True)
     outputs = keras.ops.convert_to_numpy(layer(x, mask=mask.astype(bool)))
     assert not calls
-    assert checks.is_generic_path(layer.execution_path, reason)
+    assert internal.is_generic_path(layer.execution_path, reason)
     monkeypatch.undo()
     np.testing.assert_allclose(
         outputs, _generic(layer_cls, layer, x, mask.astype(bool))

@@ -3,22 +3,23 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import LSTM, LSTMCell
-from tests.layers import numpy_rnn
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from rnnkit.testing import references
+from tests.layers import recurrent_checks as internal
 
 
 def numpy_forward(x, weights, initial, mask, options):
     h0, c0 = initial if initial else (None, None)
-    outputs, *_ = numpy_rnn.lstm_forward(x, *weights, h0=h0, c0=c0, mask=mask)
+    outputs, *_ = references.lstm_forward(x, *weights, h0=h0, c0=c0, mask=mask)
     return outputs
 
 
 def numpy_bptt(x, weights, output_weights, initial, options):
     h0, c0 = initial if initial else (None, None)
-    return numpy_rnn.lstm_bptt(x, *weights, output_weights, h0=h0, c0=c0)
+    return references.lstm_bptt(x, *weights, output_weights, h0=h0, c0=c0)
 
 
-FAMILY = checks.Family(
+FAMILY = checks.RecurrentFamily(
     name="lstm",
     layer=LSTM,
     cell=LSTMCell,
@@ -187,7 +188,7 @@ def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
 
     def fake_lstm(sequences, h0, c0, mask, kernel, recurrent_kernel, bias, **kwargs):
         calls.append((kernel, recurrent_kernel, bias, kwargs))
-        outputs, h, c, _ = numpy_rnn.lstm_forward(
+        outputs, h, c, _ = references.lstm_forward(
             np.asarray(sequences, np.float64),
             *(np.asarray(w, np.float64) for w in (kernel, recurrent_kernel, bias)),
         )
@@ -216,4 +217,4 @@ def test_qualifying_config_hands_the_same_weights_to_cudnn(monkeypatch):
     calls.clear()
     blocked(x)
     assert not calls
-    assert checks.is_generic_path(blocked.execution_path, "recurrent_dropout=0.2 > 0")
+    assert internal.is_generic_path(blocked.execution_path, "recurrent_dropout=0.2 > 0")

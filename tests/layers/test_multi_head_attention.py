@@ -2,9 +2,10 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import MultiHeadAttention, multi_head_attention
-from tests.layers import attention_checks as checks
-from tests.layers.recurrent_checks import assert_close
+from rnnkit.layers import MultiHeadAttention
+from rnnkit.testing import attention as checks
+from rnnkit.testing import references
+from rnnkit.testing.recurrent import assert_close
 
 B, TQ, TV = checks.BATCH, checks.QUERY_STEPS, checks.VALUE_STEPS
 QUERY_DIM, VALUE_DIM, KEY_DIM = 4, 3, 2
@@ -35,7 +36,7 @@ def numpy_multi_head_attention(
         k = key @ key_kernel[:, h] + key_bias[h]  # (batch, Tv, key_dim)
         v = value @ value_kernel[:, h] + value_bias[h]  # (batch, Tv, value_dim)
         scores = q @ np.swapaxes(k, 1, 2) / np.sqrt(key_dim)  # (batch, Tq, Tv)
-        weights = checks.numpy_masked_softmax(scores, mask)
+        weights = references.masked_softmax(scores, mask)
         output = output + (weights @ v) @ output_kernel[h]
         all_weights.append(weights)
     return output, np.stack(all_weights, axis=1)
@@ -91,7 +92,7 @@ def test_outputs_and_weights_match_numpy(masks):
     layer(**data)
     randomize(layer, 1)
     output, weights = layer(**data, return_attention_scores=True, **masks)
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
     numpy_weights = [np.asarray(w, np.float64) for w in layer.get_weights()]
     expected, expected_weights = numpy_multi_head_attention(
         data["query"], data["value"], data["key"], *numpy_weights, mask
@@ -102,7 +103,7 @@ def test_outputs_and_weights_match_numpy(masks):
 
 @pytest.mark.parametrize("masks", MASK_CASES.values(), ids=MASK_CASES.keys())
 def test_gradients_match_numpy(masks):
-    mask = checks.numpy_attention_mask(TQ, TV, **masks)
+    mask = references.attention_mask(TQ, TV, **masks)
     data = inputs(2)
     layer = MultiHeadAttention(HEADS, HEAD_KEY_DIM)
     layer(**data)
@@ -335,7 +336,3 @@ def test_mixed_precision_outputs_and_gradients_match_float32(policy):
     checks.check_mixed_precision(
         make_layer, data, policy, value_mask=checks.padding_mask()
     )
-
-
-def test_docstring_example():
-    checks.check_docstring_examples(multi_head_attention)

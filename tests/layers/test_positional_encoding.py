@@ -2,9 +2,9 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import PositionalEncoding, positional_encoding
-from tests.layers import attention_checks as checks
-from tests.layers.recurrent_checks import assert_close
+from rnnkit.layers import PositionalEncoding
+from rnnkit.testing import attention as checks
+from rnnkit.testing.recurrent import assert_close
 
 
 def numpy_positional_encoding(length, features, max_wavelength=10000.0, start=0):
@@ -100,7 +100,3 @@ def test_save_and_reload_in_fresh_process(tmp_path):
     model = keras.Model({"tokens": tokens}, keras.layers.Dense(1)(encoded))
     inputs = {"tokens": np.array([[1, 2, 3, 4], [5, 6, 7, 8]], "int32")}
     checks.check_save_and_reload(model, inputs, tmp_path)
-
-
-def test_docstring_example():
-    checks.check_docstring_examples(positional_encoding)

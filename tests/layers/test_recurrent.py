@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, RecurrentCell, RecurrentLayer, SimpleRNN
-from tests.layers.recurrent_checks import check_reloads_in_fresh_process
+from rnnkit.testing._reload import check_reloads_in_fresh_process
 
 COMMON = (
     "units",

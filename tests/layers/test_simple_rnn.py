@@ -3,22 +3,23 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import SimpleRNN, SimpleRNNCell
-from tests.layers import numpy_rnn
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from rnnkit.testing import references
+from tests.layers import recurrent_checks as internal
 
 
 def numpy_forward(x, weights, initial, mask, options):
     h0 = initial[0] if initial else None
-    outputs, *_ = numpy_rnn.simple_rnn_forward(x, *weights, h0=h0, mask=mask)
+    outputs, *_ = references.simple_rnn_forward(x, *weights, h0=h0, mask=mask)
     return outputs
 
 
 def numpy_bptt(x, weights, output_weights, initial, options):
     h0 = initial[0] if initial else None
-    return numpy_rnn.simple_rnn_bptt(x, *weights, output_weights, h0=h0)
+    return references.simple_rnn_bptt(x, *weights, output_weights, h0=h0)
 
 
-FAMILY = checks.Family(
+FAMILY = checks.RecurrentFamily(
     name="simple_rnn",
     layer=SimpleRNN,
     cell=SimpleRNNCell,
@@ -114,18 +115,18 @@ def test_execution_path_says_which_fused_kernel_or_why_none():
     layer = SimpleRNN(3)
     layer(np.zeros((2, 4, 3), "float32"))
     if keras.backend.backend() == "torch":  # PyTorch's own kernels (CPU and GPU)
-        assert layer.execution_path == f"{checks.TORCH_KERNEL}rnn_tanh"
+        assert layer.execution_path == f"{internal.TORCH_KERNEL}rnn_tanh"
         relu = SimpleRNN(3, activation="relu")
         relu(np.zeros((2, 4, 3), "float32"))
-        assert relu.execution_path == f"{checks.TORCH_KERNEL}rnn_relu"
+        assert relu.execution_path == f"{internal.TORCH_KERNEL}rnn_relu"
         blocked = SimpleRNN(3, activation="sigmoid", recurrent_dropout=0.1)
         blocked(np.zeros((2, 4, 3), "float32"))
-        assert checks.is_generic_path(
+        assert internal.is_generic_path(
             blocked.execution_path,
             "activation=sigmoid; recurrent_dropout=0.1 > 0",
         )
     else:
-        assert checks.is_generic_path(
+        assert internal.is_generic_path(
             layer.execution_path, "SimpleRNN has no cuDNN kernel"
         )
 

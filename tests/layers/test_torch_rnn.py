@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, SimpleRNN
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from tests.layers import recurrent_checks as internal
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "torch", reason="PyTorch's kernels: PyTorch backend"
@@ -80,9 +81,9 @@ def test_pytorch_kernel_equals_the_layers_own_loop(name, case):
     shapes = [np.shape(o) for o in checks.as_list(fused(x, mask=mask))]
     output_weights = [rng.randn(*s).astype("float32") for s in shapes]
     out_a, grads_a = _gradients(fused, x, mask, initial, output_weights)
-    assert fused.execution_path.startswith(checks.TORCH_KERNEL), fused.execution_path
+    assert fused.execution_path.startswith(internal.TORCH_KERNEL), fused.execution_path
     out_b, grads_b = _gradients(own, x, mask, initial, output_weights)
-    assert checks.is_generic_path(own.execution_path, "forced by the test")
+    assert internal.is_generic_path(own.execution_path, "forced by the test")
     for k, (a, b) in enumerate(zip(out_a, out_b, strict=True)):
         checks.assert_close(a, b, what=f"output {k}")
     names = [v.path for v in fused.trainable_variables] + ["inputs"]
@@ -151,7 +152,7 @@ def test_a_mixed_policy_runs_the_kernel_in_float32(name):
         keras.config.set_dtype_policy(previous)
     mixed.set_weights(full.get_weights())
     outputs = mixed(x)
-    assert mixed.execution_path.startswith(checks.TORCH_KERNEL), mixed.execution_path
+    assert mixed.execution_path.startswith(internal.TORCH_KERNEL), mixed.execution_path
     assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
     expected = keras.ops.cast(keras.ops.cast(full(x), "bfloat16"), "float32")
     checks.assert_close(keras.ops.cast(outputs, "float32"), expected, tolerance=1e-2)
@@ -175,7 +176,7 @@ def test_what_the_kernel_cannot_take_runs_the_layers_loop(
     layer = layer_cls(checks.UNITS, return_sequences=True, **options)
     mask = checks.padding_mask(mask_kind) if mask_kind else None
     layer(checks.random_inputs(3), mask=mask)
-    assert checks.is_generic_path(layer.execution_path, reason), layer.execution_path
+    assert internal.is_generic_path(layer.execution_path, reason), layer.execution_path
 
 
 @pytest.mark.parametrize("name", ["lstm", "gru"])
@@ -183,10 +184,10 @@ def test_use_cudnn_false_keeps_the_layers_loop_and_true_needs_the_kernel(name):
     layer_cls, _ = LAYERS[name]
     layer = layer_cls(checks.UNITS, use_cudnn=False)
     layer(checks.random_inputs(3))
-    assert checks.is_generic_path(layer.execution_path, "use_cudnn=False")
+    assert internal.is_generic_path(layer.execution_path, "use_cudnn=False")
     forced = layer_cls(checks.UNITS, use_cudnn=True)
     forced(checks.random_inputs(3))
-    assert forced.execution_path == f"{checks.TORCH_KERNEL}{name}"
+    assert forced.execution_path == f"{internal.TORCH_KERNEL}{name}"
     blocked = layer_cls(checks.UNITS, use_cudnn=True, activation="relu")
     with pytest.raises(ValueError, match="activation=relu"):
         blocked(checks.random_inputs(3))

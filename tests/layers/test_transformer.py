@@ -7,9 +7,9 @@ from rnnkit.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from tests.layers import attention_checks as checks
+from rnnkit.testing import attention as checks
+from rnnkit.testing.recurrent import assert_close
 from tests.layers import transformer_checks as tc
-from tests.layers.recurrent_checks import assert_close
 
 B, T, S = tc.BATCH, tc.TARGET_STEPS, tc.SOURCE_STEPS
 to_numpy = keras.ops.convert_to_numpy

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import TransformerDecoderBlock, TransformerEncoderBlock
-from tests.layers import attention_checks as checks
+from rnnkit.testing import attention as checks
+from rnnkit.testing.recurrent import assert_close
 from tests.layers import transformer_checks as tc
-from tests.layers.recurrent_checks import assert_close
 
 if keras.backend.backend() != "tensorflow":
     pytest.skip(

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from rnnkit.layers import GRU, LSTM, SimpleRNN
-from tests.layers import recurrent_checks as checks
+from rnnkit.testing import recurrent as checks
+from tests.layers import recurrent_checks as internal
 
 LAYERS = {"GRU": (GRU, 1), "LSTM": (LSTM, 2), "SimpleRNN": (SimpleRNN, 1)}
 TF_ONLY = pytest.mark.skipif(
@@ -27,7 +28,7 @@ XLA = "XLA-compiled"
 def _pair(name, **options):
     """The same layer with jit_compile True and False, with the same weights."""
     layer_cls, _ = LAYERS[name]
-    return checks.same_weights_pair(
+    return internal.same_weights_pair(
         layer_cls,
         {"jit_compile": True},
         {"jit_compile": False},
@@ -70,8 +71,8 @@ def test_compiled_loop_equals_the_plain_loop(name, training, mask_kind, options)
     assert XLA in compiled.execution_path, compiled.execution_path
     assert XLA not in plain.execution_path, plain.execution_path
     if training:
-        assert checks.HAND_WRITTEN in compiled.execution_path
-    checks.assert_same_results(
+        assert internal.HAND_WRITTEN in compiled.execution_path
+    internal.assert_same_results(
         compiled.trainable_variables, results[True], results[False]
     )
 
@@ -210,7 +211,7 @@ def test_jit_compile_true_on_torch_is_a_clear_error():
     # Not for a call that PyTorch's own kernel runs: it compiles nothing either.
     fused = LSTM(checks.UNITS, jit_compile=True)
     fused(checks.random_inputs(4))
-    assert fused.execution_path == f"{checks.TORCH_KERNEL}lstm"
+    assert fused.execution_path == f"{internal.TORCH_KERNEL}lstm"
 
 
 @pytest.mark.parametrize("name", LAYERS)

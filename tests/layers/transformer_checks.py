@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from rnnkit.layers import TransformerDecoderBlock, TransformerEncoderBlock
-from tests.layers import attention_checks as checks
+from rnnkit.testing import attention as checks
+from rnnkit.testing import references
 from tests.layers.test_multi_head_attention import numpy_multi_head_attention
 
 BATCH, TARGET_STEPS, SOURCE_STEPS = 2, 4, 5
@@ -66,7 +67,7 @@ def numpy_encoder_block(
 ):
     """Vaswani et al. (2017): self-attention, then feed-forward, each wrapped."""
     steps = x.shape[1]
-    mask = checks.numpy_attention_mask(
+    mask = references.attention_mask(
         steps, steps, value_mask=padding_mask, use_causal_mask=use_causal_mask
     )
 
@@ -90,7 +91,7 @@ def numpy_decoder_block(
 ):
     """Causal self-attention, cross-attention over `memory`, feed-forward."""
     steps = x.shape[1]
-    self_mask = checks.numpy_attention_mask(
+    self_mask = references.attention_mask(
         steps, steps, value_mask=padding_mask, use_causal_mask=use_causal_mask
     )
 
@@ -99,7 +100,7 @@ def numpy_decoder_block(
 
     x = numpy_sublayer(x, self_attention, weights, "self_attention_norm", norm_first)
     if memory is not None:
-        cross_mask = checks.numpy_attention_mask(
+        cross_mask = references.attention_mask(
             steps, memory.shape[1], value_mask=memory_mask
         )
 

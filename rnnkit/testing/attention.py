@@ -1,21 +1,32 @@
-"""Helpers shared by the attention layer tests: numpy references, gradients, reloads.
+"""Checks for attention layers: rnnkit's own, and the ones you write.
 
-Everything runs on the active Keras backend (TensorFlow, JAX or PyTorch). Layer
-gradients come from `tf.GradientTape`, `jax.grad` on the layer's stateless call or
-`torch.autograd.grad`; the
-reference gradients are central finite differences of the float64 numpy equations.
+    from rnnkit.testing import check_attention_layer
+    check_attention_layer(
+        lambda: MyAttention(units=4),
+        inputs={"query": query, "value": value},
+        numpy_forward=my_equations,  # (*weights, query, value) -> output
+    )
+
+`check_attention_layer` runs the checks in order; `attention_layer_checks` returns
+them as (name, function) pairs for one pytest test per check. Everything runs on the
+active Keras backend (TensorFlow, JAX or PyTorch). Layer gradients come from
+`tf.GradientTape`, `jax.grad` on the layer's stateless call or `torch.autograd.grad`;
+the reference gradients are central finite differences of the float64 numpy
+equations (`rnnkit.testing.references.numerical_gradients`).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
 import keras
 import numpy as np
 
-from tests.layers.recurrent_checks import (
-    assert_close,
-    check_reloads_in_fresh_process,
-    torch_leaf,
-)
+from rnnkit.testing._numerics import assert_close, named_check, torch_leaf
+from rnnkit.testing._reload import check_reloads_in_fresh_process
+from rnnkit.testing.references import numerical_gradients
 
 BATCH, QUERY_STEPS, VALUE_STEPS = 2, 3, 5
 GRADIENT_TOLERANCE = 1e-4
@@ -29,67 +40,6 @@ def padding_mask(batch=BATCH, steps=VALUE_STEPS):
     """(batch, steps) booleans, right-padded: row b keeps steps - 2 * b positions."""
     lengths = np.maximum(steps - 2 * np.arange(batch), 1)
     return np.arange(steps)[None, :] < lengths[:, None]
-
-
-def numpy_masked_softmax(scores, mask=None):
-    """Softmax over the allowed positions only; zero elsewhere and on empty rows."""
-    allowed = (
-        np.ones(scores.shape, bool)
-        if mask is None
-        else np.broadcast_to(mask, scores.shape)
-    )
-    shifted = np.where(allowed, scores, -np.inf)
-    row_max = np.max(shifted, axis=-1, keepdims=True)
-    exp = np.where(
-        allowed, np.exp(scores - np.where(np.isfinite(row_max), row_max, 0)), 0
-    )
-    total = np.sum(exp, axis=-1, keepdims=True)
-    return np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
-
-
-def numpy_attention_mask(
-    query_length,
-    value_length,
-    query_mask=None,
-    value_mask=None,
-    key_mask=None,
-    attention_mask=None,
-    use_causal_mask=False,
-):
-    """The (batch or 1, Tq, Tv) boolean mask the equations use, built with loops."""
-    mask = np.ones((1, query_length, value_length), bool)
-    if query_mask is not None:
-        mask = mask & np.asarray(query_mask, bool)[:, :, None]
-    for padding in (value_mask, key_mask):
-        if padding is not None:
-            mask = mask & np.asarray(padding, bool)[:, None, :]
-    if attention_mask is not None:
-        mask = mask & np.asarray(attention_mask, bool)
-    if use_causal_mask:
-        causal = np.zeros((1, query_length, value_length), bool)
-        for i in range(query_length):
-            causal[0, i, : i + 1] = True
-        mask = mask & causal
-    return mask
-
-
-def numerical_gradients(function, arrays, cotangent, step=1e-6):
-    """Central differences of sum(function(*arrays) * cotangent), in float64."""
-    arrays = [np.array(a, dtype=np.float64) for a in arrays]
-    cotangent = np.asarray(cotangent, np.float64)
-    gradients = []
-    for array in arrays:
-        gradient = np.zeros_like(array)
-        for index in np.ndindex(array.shape):
-            original = array[index]
-            array[index] = original + step
-            plus = np.sum(function(*arrays) * cotangent)
-            array[index] = original - step
-            minus = np.sum(function(*arrays) * cotangent)
-            array[index] = original
-            gradient[index] = (plus - minus) / (2 * step)
-        gradients.append(gradient)
-    return gradients
 
 
 def outputs_and_gradients(layer, differentiated, cotangent=None, **call_kwargs):
@@ -270,14 +220,134 @@ def check_config_round_trip(layer):
     assert type(layer).from_config(config).get_config() == config
 
 
-def check_docstring_examples(module):
-    """The module's docstring examples run and print what they say."""
-    import doctest
+def _model_of(make_layer, inputs, call_kwargs):
+    """A functional model: one `keras.Input` per entry of `inputs`, the layer, and a
+    Dense(1) head over its (first) output."""
+    tensors = {
+        name: keras.Input(np.shape(array)[1:], name=name)
+        for name, array in inputs.items()
+    }
+    output = _first(make_layer()(**tensors, **call_kwargs))
+    return keras.Model(tensors, keras.layers.Dense(1)(output))
 
-    import rnnkit.layers
 
-    names = {name: getattr(rnnkit.layers, name) for name in dir(rnnkit.layers)}
-    result = doctest.testmod(
-        module, extraglobs={"np": np, **names}, optionflags=doctest.NORMALIZE_WHITESPACE
+def _accepts(make_layer, *names) -> bool:
+    parameters = inspect.signature(make_layer().call).parameters
+    return all(name in parameters for name in names)
+
+
+def attention_layer_checks(
+    make_layer: Callable[[], keras.layers.Layer],
+    inputs: Mapping[str, np.ndarray],
+    *,
+    numpy_forward: Callable | None = None,
+    call_kwargs: Mapping | None = None,
+    reload_modules: Iterable[str] | None = None,
+    checks: Iterable[str] | None = None,
+    skip: Iterable[str] = (),
+    tmp_dir: str | Path | None = None,
+) -> list[tuple[str, Callable[[], None]]]:
+    """The checks of an attention layer, as (name, function) pairs.
+
+    Args:
+        make_layer: returns a new layer (the same configuration each time).
+        inputs: the float inputs by call argument name ({"query": ..., "value":
+            ...}), (batch, steps, features) arrays; they are differentiated.
+        numpy_forward: `numpy_forward(*weights, *inputs.values()) -> output`, the
+            equations in float64 (`weights` in `get_weights()` order), or None.
+        call_kwargs: further call arguments (masks, flags), not differentiated.
+        reload_modules: the modules a fresh process imports before reloading a saved
+            model; default the layer's module.
+        checks: the names to keep (default all that apply).
+        skip: names to leave out (say why where you call it).
+        tmp_dir: where saved models go (default: a temporary folder per check).
+
+    The checks: `numpy_outputs_and_gradients` (with `numpy_forward`: the output and
+    the gradients, weights and inputs, against central differences of the
+    equations), `padded_positions` (for a layer whose call takes `query`, `value`,
+    `value_mask` and `return_attention_scores`: padded keys get zero weight and
+    their values move nothing), `mixed_precision` (float16 and bfloat16 within
+    `MIXED_TOLERANCES` of float32), `config_round_trip`, `fresh_process_reload` (a
+    model of the layer saved to .keras reloads in a fresh process) and
+    `training_reduces_loss` (one SGD step lowers the loss on a batch).
+    """
+    inputs = {name: np.asarray(array, "float32") for name, array in inputs.items()}
+    call_kwargs = dict(call_kwargs or {})
+    module = type(make_layer()).__module__
+    modules = (
+        tuple(reload_modules)
+        if reload_modules is not None
+        else (() if module == "__main__" else (module,))
     )
-    assert result.attempted > 0 and result.failed == 0, result
+
+    def numpy_parity(folder):
+        check_gradients_match_numpy(make_layer(), inputs, numpy_forward, **call_kwargs)
+
+    def padded_positions(folder):
+        check_padded_positions_do_not_move(
+            make_layer(), inputs["query"], inputs["value"], **call_kwargs
+        )
+
+    def mixed_precision(folder):
+        for policy in MIXED_TOLERANCES:
+            check_mixed_precision(make_layer, inputs, policy, **call_kwargs)
+
+    def config_round_trip(folder):
+        layer = make_layer()
+        layer(**inputs, **call_kwargs)
+        check_config_round_trip(layer)
+
+    def fresh_process_reload(folder):
+        check_reloads_in_fresh_process(
+            _model_of(make_layer, inputs, call_kwargs),
+            inputs,
+            folder / "model.keras",
+            modules=modules,
+            package=module.split(".")[0],
+        )
+
+    def training_reduces_loss(folder):
+        model = _model_of(make_layer, inputs, call_kwargs)
+        targets = random_array(tuple(model(inputs).shape), seed=13)
+        check_training_step_reduces_loss(model, inputs, targets)
+
+    available = {
+        "numpy_outputs_and_gradients": (numpy_parity, numpy_forward is not None),
+        "padded_positions": (
+            padded_positions,
+            {"query", "value"} <= set(inputs)
+            and _accepts(make_layer, "value_mask", "return_attention_scores"),
+        ),
+        "mixed_precision": (mixed_precision, True),
+        "config_round_trip": (config_round_trip, True),
+        "fresh_process_reload": (fresh_process_reload, True),
+        "training_reduces_loss": (training_reduces_loss, True),
+    }
+    wanted = list(available) if checks is None else list(checks)
+    skip = list(skip)
+    unknown = sorted(set(wanted).union(skip) - set(available))
+    if unknown:
+        raise ValueError(
+            f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(available)}"
+        )
+    selected = []
+    for name, (run, applies) in available.items():
+        if name not in wanted or name in skip:
+            continue
+        if not applies:
+            if checks is not None:
+                raise ValueError(f"check {name} does not apply to this layer")
+            continue
+        selected.append((name, named_check(name, run, tmp_dir)))
+    return selected
+
+
+def check_attention_layer(make_layer, inputs, **kwargs) -> list[str]:
+    """Runs `attention_layer_checks(make_layer, inputs, **kwargs)` in order; returns
+    the names of the checks that ran. The first failure raises `AssertionError`
+    "check NAME failed: what differs, by how much"."""
+    names = []
+    for name, check in attention_layer_checks(make_layer, inputs, **kwargs):
+        check()
+        names.append(name)
+    return names

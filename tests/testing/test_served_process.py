@@ -1,10 +1,11 @@
-"""tests/served_process.py: made-up children that answer, chatter, quit or hang."""
+"""rnnkit/testing/_served_process.py: made-up children that answer, chatter,
+quit or hang."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.served_process import ServedProcess, ServedProcesses
+from rnnkit.testing._served_process import ServedProcess, ServedProcesses
 
 CHILDREN = {
     # Prints a line of its own before each answer, without flushing it apart.

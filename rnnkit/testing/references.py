@@ -1,9 +1,19 @@
-"""Independent numpy (float64) implementations of the recurrent equations.
+"""Independent numpy (float64) implementations of the equations rnnkit's layers compute.
 
-Forward passes follow the textbook equations with masking as Keras defines it (a
-masked step keeps the previous state and repeats the previous output). `*_bptt`
-functions compute gradients by hand-written backpropagation through time for the
-loss  L = sum_t sum(outputs_t * output_weights_t)  (all-steps outputs).
+Written from the textbook equations, with loops where that is clearer, and sharing no
+code with the layers, so that a layer and its reference agree only if both are right.
+
+Recurrent layers: forward passes follow the equations with masking as Keras defines it
+(a masked step keeps the previous state and repeats the previous output); `*_bptt`
+functions compute gradients by hand-written backpropagation through time for the loss
+L = sum_t sum(outputs_t * output_weights_t) (all-steps outputs).
+
+Attention: `masked_softmax`, `attention_mask` (the boolean mask built from padding
+masks, an explicit mask and causality) and `numerical_gradients` (central differences
+in float64, the reference gradients of any numpy function).
+
+    from rnnkit.testing import references
+    outputs, h_T, c_T, _ = references.lstm_forward(x, kernel, recurrent_kernel, bias)
 """
 
 from __future__ import annotations
@@ -206,3 +216,65 @@ def gru_bptt(
         dh_next = dh_prev
     grads["h0"] = dh_next
     return grads
+
+
+# Attention
+def masked_softmax(scores, mask=None):
+    """Softmax over the allowed positions only; zero elsewhere and on empty rows."""
+    allowed = (
+        np.ones(scores.shape, bool)
+        if mask is None
+        else np.broadcast_to(mask, scores.shape)
+    )
+    shifted = np.where(allowed, scores, -np.inf)
+    row_max = np.max(shifted, axis=-1, keepdims=True)
+    exp = np.where(
+        allowed, np.exp(scores - np.where(np.isfinite(row_max), row_max, 0)), 0
+    )
+    total = np.sum(exp, axis=-1, keepdims=True)
+    return np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
+
+
+def attention_mask(
+    query_length,
+    value_length,
+    query_mask=None,
+    value_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+):
+    """The (batch or 1, Tq, Tv) boolean mask the equations use, built with loops."""
+    mask = np.ones((1, query_length, value_length), bool)
+    if query_mask is not None:
+        mask = mask & np.asarray(query_mask, bool)[:, :, None]
+    for padding in (value_mask, key_mask):
+        if padding is not None:
+            mask = mask & np.asarray(padding, bool)[:, None, :]
+    if attention_mask is not None:
+        mask = mask & np.asarray(attention_mask, bool)
+    if use_causal_mask:
+        causal = np.zeros((1, query_length, value_length), bool)
+        for i in range(query_length):
+            causal[0, i, : i + 1] = True
+        mask = mask & causal
+    return mask
+
+
+def numerical_gradients(function, arrays, cotangent, step=1e-6):
+    """Central differences of sum(function(*arrays) * cotangent), in float64."""
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    cotangent = np.asarray(cotangent, np.float64)
+    gradients = []
+    for array in arrays:
+        gradient = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            original = array[index]
+            array[index] = original + step
+            plus = np.sum(function(*arrays) * cotangent)
+            array[index] = original - step
+            minus = np.sum(function(*arrays) * cotangent)
+            array[index] = original
+            gradient[index] = (plus - minus) / (2 * step)
+        gradients.append(gradient)
+    return gradients

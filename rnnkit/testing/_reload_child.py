@@ -1,21 +1,25 @@
-"""Reloads saved `.keras` models in a process that imports only keras and rnnkit.
+"""Reloads saved `.keras` models in a process that imports only keras, rnnkit and
+the modules a request names.
 
-    python -m tests.layers.reload_child    # one JSON request per line on stdin
+    python -m rnnkit.testing._reload_child    # one JSON request per line on stdin
 
 A request is {"path": the .keras file, "policy": the global dtype policy to load it
-under, "inputs": an .npz file, "outputs": the .npz file to write}. For each the process
-sets the policy, loads the model, calls it on the inputs (an array saved as "", or a
-dict of arrays) and writes its outputs as float32 with the top-level packages of its
-layers; it answers `ok` or `error: ...` on a line of its own. It never imports the
-tests, so a model whose layers rnnkit does not register on import fails to load here.
+under, "inputs": an .npz file, "outputs": the .npz file to write, "modules": the
+modules to import first (those that register a user's own layers)}. For each the
+process imports the modules, sets the policy, loads the model, calls it on the inputs
+(an array saved as "", or a dict of arrays) and writes its outputs as float32 with
+the top-level packages of its layers; it answers `ok` or `error: ...` on a line of
+its own. It imports nothing else (never the tests that asked), so a model whose
+layers neither rnnkit nor the named modules register on import fails to load here.
 
-One such process serves each test worker (tests/layers/recurrent_checks.py): the
-framework starts once per worker, not once per test. Every layer class a model can
-name is registered when `rnnkit.layers` is imported, before the first request.
+One such process serves every reload of a test process
+(`rnnkit.testing.recurrent.check_reloads_in_fresh_process`): the framework starts
+once, not once per check.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import traceback
@@ -29,6 +33,8 @@ ANSWER = "reload_child: "  # prefixes the answers, apart from anything else prin
 
 
 def reload(request: dict) -> None:
+    for module in request.get("modules", ()):
+        importlib.import_module(module)
     keras.config.set_dtype_policy(request["policy"])
     try:
         model = keras.saving.load_model(request["path"])

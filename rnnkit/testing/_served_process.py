@@ -1,14 +1,16 @@
-"""Child processes that serve the tests' requests: one line in, one answer out.
+"""Child processes that serve the checks' requests: one line in, one answer out.
 
 The fresh-process checks (reloading a saved model, running an exported artefact)
-start the framework in a child process once and send it every request of the test
-session, instead of starting a process, and the framework in it, per test. A child
+start the framework in a child process once and send it every request of the
+process, instead of starting a process, and the framework in it, per check. A child
 answers each request on a line of its own that starts with its answer prefix, apart
 from anything else it prints; a child that dies, or does not answer within
 `TIMEOUT_SECONDS`, fails the test with the end of its log.
 
-Used by tests/layers/recurrent_checks.py (tests/layers/reload_child.py) and
-tests/export/support.py (tests/export/runtime_child.py).
+Used by `rnnkit.testing`'s reload check (`rnnkit/testing/_reload_child.py`) and by
+rnnkit's export tests (tests/export/runtime_child.py). The child finds the modules
+this process finds: it starts in `cwd` (default: the current folder) with this
+process's `sys.path` on its PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 class ServedProcess:
-    """`python -m MODULE ARGS...`, run from the repository root, serving requests."""
+    """`python -m MODULE ARGS...`, run in `cwd`, serving requests."""
 
     TIMEOUT_SECONDS = 300
 
@@ -37,6 +37,7 @@ class ServedProcess:
         *args: str,
         answer: str,
         env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
     ) -> None:
         self.name = name
         self.answer = answer
@@ -48,8 +49,8 @@ class ServedProcess:
             # select() cannot see, so output before an answer never hides it.
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, *args],
-                cwd=ROOT,
-                env={**os.environ, **(env or {})},
+                cwd=cwd or Path.cwd(),
+                env={**os.environ, "PYTHONPATH": _search_path(), **(env or {})},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
@@ -123,3 +124,10 @@ class ServedProcesses:
                 failures.append(failure)
         if failures:
             raise failures[0]
+
+
+def _search_path() -> str:
+    """This process's `sys.path` (its folders), for the child's PYTHONPATH."""
+    return os.pathsep.join(
+        entry for entry in sys.path if entry and Path(entry).is_dir()
+    )
