@@ -13,17 +13,22 @@ import sys
 import pytest
 
 # Tests (node-id prefixes: a test, a file or a folder) that hold the suite's longest
-# tests (a quarter of a minute to two minutes each on a 2-core CPU), handed out first
+# tests (a quarter of a minute to three minutes each on a 2-core CPU), handed out first
 # in this order; the rest follow in collection order. tests/training and tests/tuning,
 # collected last, once left a worker alone with a minute of their tests at the end.
 LONGEST_FIRST = (
+    # Two processes trained, one killed, two resumed: a minute and more of waiting.
+    "tests/training/test_multi_worker.py::"
+    "test_a_dead_worker_stops_the_chief_and_resume_continues_on_both",
     "tests/test_notebooks.py::test_notebook_runs",
     "tests/test_docs.py::test_docs_shell_commands_run",
     "tests/test_docs.py::test_make_images_draws_every_picture",
     "tests/tuning/",
     "tests/training/",
     "tests/export/",
+    "tests/recipes/test_precision.py",
     "tests/test_example_recipe.py",
+    "tests/testing/test_recipe_checks.py",
 )
 
 

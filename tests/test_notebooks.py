@@ -11,9 +11,10 @@ from tests.shared_data import SHARED_DATA, require
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# Notebooks too long for the default suite (run with -m slow). None today: with their
-# small parameters every notebook runs in under a minute on a 2-core CPU (05: 30 s,
-# 06: 52 s on an Intel Xeon, kernel start-up included).
+# Notebooks marked slow (a quick local pass leaves them out with -m "not slow"). None
+# today: with their small parameters every notebook runs in about two minutes or less
+# on a 2-core CPU (06, the longest: 119 s in CI on an Intel Xeon, kernel start-up
+# included).
 SLOW: set[str] = set()
 
 
