@@ -29,22 +29,87 @@ def rmse(actual: np.ndarray, predicted: np.ndarray) -> float:
 
 
 def mase(
-    actual: np.ndarray, predicted: np.ndarray, training_series: np.ndarray
+    actual: np.ndarray,
+    predicted: np.ndarray,
+    training_series: np.ndarray,
+    seasonality: int = 1,
 ) -> float:
     """Mean absolute scaled error (Hyndman and Koehler 2006).
 
-    The MAE of `predicted` divided by the in-sample MAE of the one-step naive forecast
-    on the training series, mean |y_t - y_{t-1}|. Below 1, the forecast errs less than
-    the naive forecast did, on average, one step ahead inside the training data.
-    NaN if the training series never changes.
+    The MAE of `predicted` divided by the in-sample MAE of the seasonal naive forecast
+    on the training series, mean |y_t - y_{t-m}| with m = `seasonality` (1: the
+    one-step naive forecast; the M4 competition's MASE uses the series' seasonal
+    period, 24 for hourly data). Below 1, the forecast errs less than that naive
+    forecast did, on average, inside the training data. NaN if the training series
+    never changes over a season.
     """
+    return mae(actual, predicted) / _seasonal_scale(training_series, seasonality)
+
+
+def _seasonal_scale(training_series: np.ndarray, seasonality: int) -> float:
+    """mean |y_t - y_{t-m}| over the training series; NaN when it is 0."""
     series = np.asarray(training_series, dtype="float64").ravel()
-    if series.size < 2:
-        raise ValueError("mase needs a training series of at least two values")
-    scale = float(np.mean(np.abs(np.diff(series))))
-    if scale == 0.0:
-        return float("nan")
-    return mae(actual, predicted) / scale
+    if seasonality < 1:
+        raise ValueError(f"seasonality must be at least 1, received {seasonality}")
+    if series.size <= seasonality:
+        raise ValueError(
+            f"mase needs a training series longer than its seasonality "
+            f"({seasonality}), received {series.size} values"
+        )
+    scale = float(np.mean(np.abs(series[seasonality:] - series[:-seasonality])))
+    return float("nan") if scale == 0.0 else scale
+
+
+def smape(actual: np.ndarray, predicted: np.ndarray) -> float:
+    """Symmetric mean absolute percentage error, in percent, as the M4 competition
+    defines it: mean of 200 |y - y_hat| / (|y| + |y_hat|) (0 to 200)."""
+    actual = np.asarray(actual, dtype="float64")
+    predicted = np.asarray(predicted, dtype="float64")
+    return float(
+        np.mean(
+            200.0 * np.abs(actual - predicted) / (np.abs(actual) + np.abs(predicted))
+        )
+    )
+
+
+def msis(
+    actual: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    training_series: np.ndarray,
+    seasonality: int = 1,
+    alpha: float = 0.05,
+) -> float:
+    """Mean scaled interval score of a (1 - alpha) prediction interval (M4).
+
+    Mean over the steps of (U - L) + 2/alpha (L - y) [y < L] + 2/alpha (y - U)
+    [y > U], divided by the in-sample mean |y_t - y_{t-m}| as `mase` is: a narrow
+    interval is rewarded, a miss is punished by its distance times 2/alpha.
+    """
+    actual = np.asarray(actual, dtype="float64")
+    lower = np.asarray(lower, dtype="float64")
+    upper = np.asarray(upper, dtype="float64")
+    score = (
+        (upper - lower)
+        + (2.0 / alpha) * (lower - actual) * (actual < lower)
+        + (2.0 / alpha) * (actual - upper) * (actual > upper)
+    )
+    return float(np.mean(score)) / _seasonal_scale(training_series, seasonality)
+
+
+def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """Fraction of the actual values inside [lower, upper]."""
+    actual = np.asarray(actual, dtype="float64")
+    inside = (np.asarray(lower) <= actual) & (actual <= np.asarray(upper))
+    return float(np.mean(inside))
+
+
+def owa(
+    smape_value: float, mase_value: float, naive2_smape: float, naive2_mase: float
+) -> float:
+    """The M4 competition's overall weighted average: the mean of sMAPE and MASE, each
+    relative to Naive2's on the same series (1: Naive2's accuracy; below is better)."""
+    return 0.5 * (smape_value / naive2_smape + mase_value / naive2_mase)
 
 
 def relative_mae(

@@ -19,8 +19,33 @@ def test_mase_scales_by_the_in_sample_naive_error():
     # The scale comes from the training series, not from the test days.
     assert metrics.mase(actual, predicted, training * 2) == pytest.approx(0.5)
     assert math.isnan(metrics.mase(actual, predicted, np.ones(5)))
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(ValueError, match="longer than its seasonality"):
         metrics.mase(actual, predicted, np.array([1.0]))
+
+
+def test_seasonal_mase_scales_by_the_seasonal_naive_error():
+    # Period 2: |y_t - y_{t-2}| = |11-10|, |14-12|, |13-11| -> (1 + 2 + 2) / 3 = 5/3.
+    training = np.array([10.0, 12.0, 11.0, 14.0, 13.0])
+    actual, predicted = np.array([15.0, 16.0]), np.array([14.0, 19.0])  # MAE 2
+    assert metrics.mase(actual, predicted, training, seasonality=2) == pytest.approx(
+        2 / (5 / 3)
+    )
+    with pytest.raises(ValueError, match="longer than its seasonality"):
+        metrics.mase(actual, predicted, training, seasonality=5)
+
+
+def test_smape_msis_coverage_and_owa_by_hand():
+    actual = np.array([100.0, 50.0])
+    predicted = np.array([110.0, 50.0])  # 200 * 10 / 210 and 0 -> mean 4.7619
+    assert metrics.smape(actual, predicted) == pytest.approx(1000 / 210)
+    training = np.array([1.0, 3.0, 2.0, 4.0])  # lag-1 scale (2 + 1 + 2) / 3 = 5/3
+    lower, upper = np.array([95.0, 52.0]), np.array([105.0, 60.0])
+    # Widths 10 and 8; the second misses below by 2: 2 / 0.05 * 2 = 80 -> (10 + 88) / 2
+    expected = (10 + 8 + 80) / 2 / (5 / 3)
+    assert metrics.msis(actual, lower, upper, training) == pytest.approx(expected)
+    assert metrics.coverage(actual, lower, upper) == 0.5
+    # The M4 Hourly table: seasonal naive's 13.912 and 1.193 against Naive2's.
+    assert metrics.owa(13.912, 1.193, 18.383, 2.395) == pytest.approx(0.6275, abs=5e-5)
 
 
 def test_relative_mae_is_against_the_reference_on_the_same_days():

@@ -43,10 +43,24 @@ def reload(request: dict) -> None:
         outputs = keras.ops.convert_to_numpy(keras.ops.cast(model(inputs), "float32"))
     finally:
         keras.config.set_dtype_policy("float32")
-    packages = sorted(
-        {type(layer).__module__.split(".")[0] for layer in model._flatten_layers()}
-    )
-    np.savez(request["outputs"], outputs=outputs, packages=np.array(packages))
+    np.savez(request["outputs"], outputs=outputs, packages=np.array(packages(model)))
+
+
+def packages(model) -> list[str]:
+    """The top-level packages of the classes the loaded model is made of, nested
+    layers and cells included, read from its serialization (each object's
+    "module")."""
+    found = set()
+    pending = [keras.saving.serialize_keras_object(model)]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("module"), str) and "class_name" in item:
+                found.add(item["module"].split(".")[0])
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return sorted(found)
 
 
 def main() -> None:

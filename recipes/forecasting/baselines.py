@@ -1,0 +1,103 @@
+"""The M4 competition's statistical benchmarks, as its organisers computed them.
+
+Makridakis, Spiliotis & Assimakopoulos (2018, 2020) and the organisers' R code
+("Benchmarks and Evaluation.R" in the M4-methods repository):
+
+- Naive: the last value, repeated over the horizon.
+- Seasonal naive: the last season, repeated.
+- Naive2: the naive forecast of the seasonally adjusted series, re-seasonalised. A
+  series is adjusted only when the 90 % autocorrelation test at its seasonal lag says
+  it is seasonal (`seasonality_test`); the adjustment is classical multiplicative
+  decomposition (R's `decompose`, here statsmodels' `seasonal_decompose`).
+
+Naive2 is the yardstick of the competition's OWA (`rnnkit.metrics.owa`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+# The one-sided 95 % normal quantile of the organisers' test (a 90 % two-sided band).
+_CRITICAL_VALUE = 1.645
+
+
+def naive(history: np.ndarray, horizon: int) -> np.ndarray:
+    """The last observed value for each of the next `horizon` steps."""
+    return np.repeat(np.asarray(history, dtype=np.float64)[-1], horizon)
+
+
+def seasonal_naive(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The last `seasonality` values, repeated over the next `horizon` steps."""
+    last_season = np.asarray(history, dtype=np.float64)[-seasonality:]
+    return np.resize(last_season, horizon)
+
+
+def seasonality_test(history: np.ndarray, seasonality: int) -> bool:
+    """The organisers' test: the autocorrelation at the seasonal lag lies outside the
+    90 % band of Bartlett's formula, 1.645 / sqrt(n) * sqrt(1 + 2 sum_{k<m} r_k^2).
+    A series shorter than three seasons is never seasonal."""
+    from statsmodels.tsa.stattools import acf
+
+    values = np.asarray(history, dtype=np.float64)
+    if seasonality <= 1 or len(values) < 3 * seasonality:
+        return False
+    r = acf(values, nlags=seasonality, fft=False)[1:]  # r_1 ... r_m
+    limit = (
+        _CRITICAL_VALUE
+        / np.sqrt(len(values))
+        * np.sqrt(1.0 + 2.0 * np.sum(r[: seasonality - 1] ** 2))
+    )
+    return bool(np.abs(r[seasonality - 1]) > limit)
+
+
+def seasonal_indices(history: np.ndarray, seasonality: int) -> np.ndarray:
+    """One multiplicative seasonal index per observation (all ones for a series the
+    test finds not seasonal), from classical decomposition: a centred moving average
+    of one season as the trend, the mean ratio to it per position in the season,
+    normalised to average 1."""
+    values = np.asarray(history, dtype=np.float64)
+    if not seasonality_test(values, seasonality):
+        return np.ones_like(values)
+    from statsmodels.tsa.seasonal import seasonal_decompose
+
+    decomposition = seasonal_decompose(
+        values, model="multiplicative", period=seasonality
+    )
+    return np.asarray(decomposition.seasonal, dtype=np.float64)
+
+
+def naive2(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The naive forecast of the seasonally adjusted series, times the last season's
+    indices repeated over the horizon."""
+    values = np.asarray(history, dtype=np.float64)
+    indices = seasonal_indices(values, seasonality)
+    adjusted = values / indices
+    return naive(adjusted, horizon) * np.resize(indices[-seasonality:], horizon)
+
+
+BASELINES: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
+    "naive": lambda history, horizon, seasonality: naive(history, horizon),
+    "seasonal_naive": seasonal_naive,
+    "naive2": naive2,
+}
+
+
+def m4_scores(
+    forecasts: Mapping[str, np.ndarray],
+    actuals: Mapping[str, np.ndarray],
+    histories: Mapping[str, np.ndarray],
+    seasonality: int,
+) -> dict[str, float]:
+    """sMAPE and MASE as the M4 tables give them: each series' mean over its horizon,
+    then the mean over the series (MASE scaled by the series' in-sample seasonal
+    naive error)."""
+    from rnnkit import metrics
+
+    smapes, mases = [], []
+    for series_id, actual in actuals.items():
+        forecast = forecasts[series_id]
+        smapes.append(metrics.smape(actual, forecast))
+        mases.append(metrics.mase(actual, forecast, histories[series_id], seasonality))
+    return {"smape": float(np.mean(smapes)), "mase": float(np.mean(mases))}

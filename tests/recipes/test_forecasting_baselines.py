@@ -1,0 +1,104 @@
+"""The M4 benchmarks and measures reproduce the competition's Hourly table to the
+digit (the shared M4 Hourly files: 414 series, horizon 48, seasonality 24)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rnnkit_recipes.forecasting import baselines
+from rnnkit_recipes.forecasting.data import read_m4
+
+from rnnkit import metrics
+from rnnkit.errors import DataError
+from tests.shared_data import SHARED_DATA, require
+
+M4 = SHARED_DATA / "forecasting"
+HORIZON, SEASONALITY = 48, 24
+
+
+@pytest.fixture(scope="module")
+def hourly():
+    require(M4 / "m4_hourly_train.csv.gz")
+    return read_m4(M4 / "m4_hourly_train.csv.gz"), read_m4(M4 / "m4_hourly_test.csv.gz")
+
+
+def leaderboard_row(method: str) -> tuple[float, float]:
+    import pandas as pd
+
+    table = pd.read_csv(M4 / "m4_hourly_leaderboard.csv").set_index("method_id")
+    return table.loc[method, "smape_hourly"], table.loc[method, "mase_hourly"]
+
+
+@pytest.mark.parametrize(
+    "method, name",
+    [("Naive", "naive"), ("sNaive", "seasonal_naive"), ("Naive2", "naive2")],
+)
+def test_benchmarks_reproduce_the_hourly_leaderboard(hourly, method, name):
+    train, test = hourly
+    assert len(train) == len(test) == 414
+    forecast = {
+        key: baselines.BASELINES[name](history, HORIZON, SEASONALITY)
+        for key, history in train.items()
+    }
+    scores = baselines.m4_scores(forecast, test, train, SEASONALITY)
+    smape, mase = leaderboard_row(method)
+    assert round(scores["smape"], 3) == smape
+    assert round(scores["mase"], 3) == mase
+
+
+def test_owa_of_seasonal_naive_is_the_leaderboards(hourly):
+    train, test = hourly
+    scores = {
+        name: baselines.m4_scores(
+            {
+                k: baselines.BASELINES[name](h, HORIZON, SEASONALITY)
+                for k, h in train.items()
+            },
+            test,
+            train,
+            SEASONALITY,
+        )
+        for name in ("seasonal_naive", "naive2")
+    }
+    owa = metrics.owa(
+        scores["seasonal_naive"]["smape"],
+        scores["seasonal_naive"]["mase"],
+        scores["naive2"]["smape"],
+        scores["naive2"]["mase"],
+    )
+    assert round(owa, 4) == 0.6275
+
+
+def test_seasonality_test_and_decomposition_on_made_up_series():
+    hours = np.arange(24 * 10)
+    daily = 100 + 30 * np.sin(2 * np.pi * hours / 24)  # seasonal, period 24
+    assert baselines.seasonality_test(daily, 24)
+    assert not baselines.seasonality_test(daily[: 24 * 3 - 1], 24)  # under 3 seasons
+    trend = 100 + hours.astype(float)
+    assert not baselines.seasonality_test(trend + np.sin(hours), 1)
+    indices = baselines.seasonal_indices(daily, 24)
+    assert indices[:24].mean() == pytest.approx(1.0, abs=1e-3)
+    # A pure multiplicative season: Naive2 continues it exactly.
+    forecast = baselines.naive2(daily, 48, 24)
+    np.testing.assert_allclose(forecast, daily[-24:].tolist() * 2, rtol=2e-3)
+    np.testing.assert_array_equal(
+        baselines.seasonal_naive(daily, 30, 24), np.resize(daily[-24:], 30)
+    )
+
+
+def test_m4_files_with_holes_or_no_numbers_are_one_line_errors(tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text('"V1","V2","V3","V4"\n"H1",1,2,3\n"H2",4,5,\n')
+    series = read_m4(good)
+    assert list(series) == ["H1", "H2"]
+    np.testing.assert_array_equal(series["H2"], [4.0, 5.0])
+    holed = tmp_path / "holed.csv"
+    holed.write_text('"V1","V2","V3","V4"\n"H1",1,,3\n')
+    with pytest.raises(DataError, match="series H1 has a gap"):
+        read_m4(holed)
+    empty = tmp_path / "empty.csv"
+    empty.write_text('"V1","V2"\n')
+    with pytest.raises(DataError, match="holds no series"):
+        read_m4(empty)
+    with pytest.raises(DataError, match="no M4 file at"):
+        read_m4(tmp_path / "missing.csv")
