@@ -54,6 +54,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import tomli_w
+
 from rnnkit.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -674,16 +676,10 @@ def resolve(
 
 
 def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
+    """`value` as a TOML value, written by tomli-w; a list stays on one line."""
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return tomli_w.dumps({"value": value}).removeprefix("value = ").removesuffix("\n")
 
 
 def to_toml(config: RecipeConfig, header: str = "") -> str:

@@ -58,6 +58,26 @@ def test_toml_round_trip(tmp_path):
     assert config_lib.load_toml(ToyConfig, path).data.path is None
 
 
+def test_toml_round_trip_of_any_string(tmp_path):
+    """Control characters (CR, U+0001, DEL), quotes, backslashes and non-ASCII text
+    are escaped: the written file reads back, so its run can resume or evaluate."""
+    config = RecipeConfig().with_values({"data.path": 'a\rb\x01c\x7fd"e\\f\u00e9'})
+    path = tmp_path / "c.toml"
+    path.write_text(config_lib.to_toml(config, "header line"), "utf-8")
+    assert config_lib.load_toml(RecipeConfig, path) == config
+
+
+def test_toml_text_has_a_header_then_one_line_per_key():
+    text = config_lib.to_toml(ToyConfig(), "header line\n\nsecond line")
+    assert text.startswith(
+        "# header line\n#\n# second line\n\n"
+        "[data]\n# path is unset (None)\nwindow = 30\nsizes = [1, 2]\n"
+        "# label is unset (None)\n\n"
+        '[model]\nunits = 64\ncell_type = "lstm"\ndropout = 0.1\n\n[train]\n'
+    )
+    assert text.endswith("devices = []\n\n[evaluation]\nfolds = 0\n")
+
+
 def test_precedence_default_file_command_line(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[model]\nunits = 8\ncell_type = 'gru'\n[train]\nepochs = 5\n")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from rnnkit_recipes.sentiment.config import SentimentConfig
 
 from rnnkit.recipe import (
+    ConfigError,
     Metrics,
     Recipe,
 )
@@ -45,6 +46,18 @@ class SentimentRecipe(Recipe):
     def __init__(self) -> None:
         # evaluate() and write_plots() both need the test predictions of one model.
         self._predictions: tuple[object, object, np.ndarray] | None = None
+
+    def check_config(self, config: SentimentConfig) -> None:
+        super().check_config(config)
+        try:
+            # str.encode, unlike codecs.lookup, also refuses the codecs that are not
+            # text encodings (rot13, base64), as reading a file with them does.
+            "".encode(config.data.encoding)
+        except LookupError:
+            raise ConfigError(
+                f"data.encoding={config.data.encoding!r} is not a text encoding "
+                "Python knows; use e.g. utf-8 or latin-1"
+            ) from None
 
     def load_data(self, config: SentimentConfig) -> SentimentData:
         from rnnkit_recipes.sentiment import data

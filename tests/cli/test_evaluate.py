@@ -13,7 +13,7 @@ from rnnkit.cli import main
 from rnnkit.training import run_dir as run_dir_lib
 from tests.cli.support import invoke
 from tests.cli_support import error_line
-from tests.stock_support import write_msft_csv
+from tests.stock_support import msft_frame
 
 # Where runs trained that this CPU machine cannot train on: the model still runs here.
 ELSEWHERE = [
@@ -46,11 +46,21 @@ def test_evaluate_reloads_and_reproduces_the_metrics(smoke_run, tmp_path):
 
 
 def test_evaluate_on_another_file(smoke_run, tmp_path):
+    """--data reaches the recipe: the run's prices less their last 100 days put other
+    days in the test split, so the figures differ from the run's own."""
     run_dir, _ = smoke_run
-    prices = write_msft_csv(tmp_path / "msft.csv", start="2012-01-01")
-    result = invoke("evaluate", str(run_dir), "--data", str(prices))
+    prices = tmp_path / "msft.csv"
+    msft_frame().iloc[:-100].to_csv(prices, index=False)
+    output = tmp_path / "evaluation.json"
+    result = invoke(
+        "evaluate", str(run_dir), "--data", str(prices), "--output", str(output)
+    )
     assert result.exit_code == 0, result.output
-    assert "persistence" in result.output
+    recorded = json.loads((run_dir / "metrics.json").read_text())["test"]
+    evaluated = json.loads(output.read_text())["test"]
+    assert evaluated.keys() == recorded.keys() and "persistence" in evaluated
+    for table in ("model", "persistence"):
+        assert evaluated[table] != recorded[table], table
 
 
 def test_evaluate_and_predict_need_a_completed_run(tmp_path):

@@ -180,6 +180,20 @@ def test_bad_data_is_a_one_line_error(reviews, values, message):
     assert _error_line(result.output).count(message) == 1
 
 
+@pytest.mark.parametrize("encoding", ["utf9", "rot13"])
+def test_an_unknown_encoding_is_refused_by_the_dry_run(encoding):
+    """rot13 is a codec Python knows, but not one that reads text."""
+    result = invoke(
+        "run", "sentiment", "--config", str(SMOKE_CONFIG),
+        "--set", f"data.encoding={encoding}", "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert _error_line(result.output) == (
+        f"Error: data.encoding={encoding!r} is not a text encoding Python knows; "
+        "use e.g. utf-8 or latin-1"
+    )
+
+
 def test_default_source_offline_says_how_to_use_local_files(monkeypatch, tmp_path):
     """Offline, IMDB not downloaded yet: one-line error, not minutes of retries."""
 

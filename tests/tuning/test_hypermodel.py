@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import keras_tuner
 import pytest
 
@@ -60,6 +61,13 @@ def test_a_trial_whose_loss_became_nan_fails():
 
 
 def test_a_keras_tuner_search_over_it_finds_a_config_of_the_recipe(tmp_path):
+    trained_with = []
+
+    class RecordLearningRate(keras.callbacks.Callback):
+        # Keras Tuner copies its callbacks for each trial; the list is shared.
+        def on_train_begin(self, logs=None):
+            trained_with.append(float(self.model.optimizer.learning_rate))
+
     recipe = SearchedToy()
     config = ToyConfig().with_values({"train.epochs": 1})
     clean = keras_tuner.HyperParameters()
@@ -72,10 +80,17 @@ def test_a_keras_tuner_search_over_it_finds_a_config_of_the_recipe(tmp_path):
         hyperparameters=clean,
         directory=str(tmp_path),
     )
-    search.search(verbose=0)
+    search.search(callbacks=[RecordLearningRate()], verbose=0)
+    score_of = {
+        trial.hyperparameters.values["learning_rate"]: trial.score
+        for trial in search.oracle.trials.values()
+    }
+    # Two trials of a two-value choice: each value once, each trained with its own.
+    assert sorted(score_of) == [0.001, 0.01]
+    assert trained_with == pytest.approx(list(score_of))
     best = search.get_best_hyperparameters()[0]
+    assert best.values["learning_rate"] == min(score_of, key=score_of.get)
     best_config = recipe.search_space(best, config)
     assert best_config == config.with_values(
         {"train.learning_rate": best.values["learning_rate"]}
     )
-    assert best.values["learning_rate"] in (0.01, 0.001)
