@@ -62,14 +62,19 @@ def _seasonal_scale(training_series: np.ndarray, seasonality: int) -> float:
 
 def smape(actual: np.ndarray, predicted: np.ndarray) -> float:
     """Symmetric mean absolute percentage error, in percent, as the M4 competition
-    defines it: mean of 200 |y - y_hat| / (|y| + |y_hat|) (0 to 200)."""
+    defines it: mean of 200 |y - y_hat| / (|y| + |y_hat|) (0 to 200). A step where
+    both are 0 is a perfect forecast and counts 0 (the M4 series are positive, so
+    its tables never meet one)."""
     actual = np.asarray(actual, dtype="float64")
     predicted = np.asarray(predicted, dtype="float64")
-    return float(
-        np.mean(
-            200.0 * np.abs(actual - predicted) / (np.abs(actual) + np.abs(predicted))
-        )
+    denominator = np.abs(actual) + np.abs(predicted)
+    terms = np.divide(
+        200.0 * np.abs(actual - predicted),
+        denominator,
+        out=np.zeros(np.broadcast(actual, predicted).shape),
+        where=denominator > 0,
     )
+    return float(np.mean(terms))
 
 
 def msis(
@@ -98,7 +103,8 @@ def msis(
 
 
 def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
-    """Fraction of the actual values inside [lower, upper]."""
+    """Fraction of the actual values inside [lower, upper] (a NaN value counts as
+    outside: drop missing values first)."""
     actual = np.asarray(actual, dtype="float64")
     inside = (np.asarray(lower) <= actual) & (actual <= np.asarray(upper))
     return float(np.mean(inside))
@@ -108,7 +114,9 @@ def owa(
     smape_value: float, mase_value: float, naive2_smape: float, naive2_mase: float
 ) -> float:
     """The M4 competition's overall weighted average: the mean of sMAPE and MASE, each
-    relative to Naive2's on the same series (1: Naive2's accuracy; below is better)."""
+    relative to Naive2's. Give the means over a whole set of series (a frequency's,
+    or all of them), not one series' figures: the M4 tables divide the set's means.
+    1 is Naive2's accuracy; below is better."""
     return 0.5 * (smape_value / naive2_smape + mase_value / naive2_mase)
 
 

@@ -38,6 +38,7 @@ def test_smape_msis_coverage_and_owa_by_hand():
     actual = np.array([100.0, 50.0])
     predicted = np.array([110.0, 50.0])  # 200 * 10 / 210 and 0 -> mean 4.7619
     assert metrics.smape(actual, predicted) == pytest.approx(1000 / 210)
+    assert metrics.smape([0.0, 4.0], [0.0, 2.0]) == pytest.approx(200 * 2 / 6 / 2)
     training = np.array([1.0, 3.0, 2.0, 4.0])  # lag-1 scale (2 + 1 + 2) / 3 = 5/3
     lower, upper = np.array([95.0, 52.0]), np.array([105.0, 60.0])
     # Widths 10 and 8; the second misses below by 2: 2 / 0.05 * 2 = 80 -> (10 + 88) / 2

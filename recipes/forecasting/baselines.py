@@ -28,20 +28,35 @@ def naive(history: np.ndarray, horizon: int) -> np.ndarray:
     return np.repeat(np.asarray(history, dtype=np.float64)[-1], horizon)
 
 
+def _check_season(history: np.ndarray, seasonality: int) -> np.ndarray:
+    values = np.asarray(history, dtype=np.float64)
+    if seasonality < 1:
+        raise ValueError(f"seasonality must be at least 1, received {seasonality}")
+    if len(values) < seasonality:
+        raise ValueError(
+            f"a series of {len(values)} values holds no whole season of {seasonality}"
+        )
+    return values
+
+
 def seasonal_naive(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
     """The last `seasonality` values, repeated over the next `horizon` steps."""
-    last_season = np.asarray(history, dtype=np.float64)[-seasonality:]
+    last_season = _check_season(history, seasonality)[-seasonality:]
     return np.resize(last_season, horizon)
 
 
 def seasonality_test(history: np.ndarray, seasonality: int) -> bool:
     """The organisers' test: the autocorrelation at the seasonal lag lies outside the
     90 % band of Bartlett's formula, 1.645 / sqrt(n) * sqrt(1 + 2 sum_{k<m} r_k^2).
-    A series shorter than three seasons is never seasonal."""
+    A series shorter than three seasons is never seasonal, nor one whose seasonal lag
+    lies beyond R's default `acf` lags, floor(10 log10 n), as in the organisers' code
+    (`acf` returns no value there and their test reads it as not seasonal)."""
     from statsmodels.tsa.stattools import acf
 
     values = np.asarray(history, dtype=np.float64)
     if seasonality <= 1 or len(values) < 3 * seasonality:
+        return False
+    if seasonality > int(np.floor(10 * np.log10(len(values)))):
         return False
     r = acf(values, nlags=seasonality, fft=False)[1:]  # r_1 ... r_m
     limit = (
@@ -57,9 +72,14 @@ def seasonal_indices(history: np.ndarray, seasonality: int) -> np.ndarray:
     test finds not seasonal), from classical decomposition: a centred moving average
     of one season as the trend, the mean ratio to it per position in the season,
     normalised to average 1."""
-    values = np.asarray(history, dtype=np.float64)
+    values = _check_season(history, seasonality)
     if not seasonality_test(values, seasonality):
         return np.ones_like(values)
+    if np.any(values <= 0):
+        raise ValueError(
+            "multiplicative decomposition needs positive values; shift the series "
+            "above zero (or forecast it with seasonal_naive)"
+        )
     from statsmodels.tsa.seasonal import seasonal_decompose
 
     decomposition = seasonal_decompose(
@@ -98,6 +118,11 @@ def m4_scores(
     smapes, mases = [], []
     for series_id, actual in actuals.items():
         forecast = forecasts[series_id]
+        if np.shape(forecast) != np.shape(actual):
+            raise ValueError(
+                f"series {series_id}: a forecast of shape {np.shape(forecast)} for "
+                f"actual values of shape {np.shape(actual)}"
+            )
         smapes.append(metrics.smape(actual, forecast))
         mases.append(metrics.mase(actual, forecast, histories[series_id], seasonality))
     return {"smape": float(np.mean(smapes)), "mase": float(np.mean(mases))}

@@ -3,6 +3,7 @@ backend."""
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -63,7 +64,9 @@ def named_check(
 ) -> Callable[[], None]:
     """A check without arguments: `run(folder)` from a fixed random seed (its draws do
     not depend on what ran before), in `tmp_dir` or a temporary folder of its own,
-    with a failure prefixed by "check NAME failed: "."""
+    with any failure raised as `AssertionError` "check NAME failed: ..." (an error
+    of another type is named by its type: `TypeError: ...` when the layer does not
+    take an argument the check gives it), the original kept as its cause."""
 
     def check() -> None:
         keras.utils.set_random_seed(0)
@@ -72,6 +75,28 @@ def named_check(
                 run(Path(tmp_dir) if tmp_dir is not None else Path(scratch))
             except AssertionError as failure:
                 raise AssertionError(f"check {name} failed: {failure}") from failure
+            except Exception as error:
+                first = (str(error).strip().splitlines() or [""])[0]
+                raise AssertionError(
+                    f"check {name} failed: {type(error).__name__}: {first}"
+                ) from error
 
     check.__name__ = f"check_{name}"
     return check
+
+
+def assert_config_names_every_argument(layer, config: dict) -> None:
+    """Every named argument of the layer class's `__init__` is a key of `config`
+    (one that `get_config` leaves out comes back as its default after a reload);
+    those that default to None may be left out, as Keras leaves out an unset
+    `activity_regularizer`."""
+    parameters = inspect.signature(type(layer).__init__).parameters.values()
+    named = [
+        p.name
+        for p in parameters
+        if p.name != "self"
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.default is not None
+    ]
+    missing = [name for name in named if name not in config]
+    assert not missing, f"get_config() lacks the constructor arguments {missing}"

@@ -29,8 +29,9 @@ def check_reloads_in_fresh_process(
     of the layer under test) and gives the same outputs on `inputs` (an array or a
     dict of arrays).
 
-    The process is started once per Python process and serves every reload of it
-    (`stop_reload_child()` ends it); it never imports the code that asked."""
+    One process per set of `modules` is started in this Python process and serves
+    every reload that names the same modules (`stop_reload_child()` ends them); it
+    never imports the code that asked."""
     path = Path(path)
     expected = keras.ops.convert_to_numpy(keras.ops.cast(model(inputs), "float32"))
     model.save(path)
@@ -43,7 +44,7 @@ def check_reloads_in_fresh_process(
         "outputs": str(path.with_suffix(".outputs.npz")),
         "modules": list(modules),
     }
-    answer = _reload_child().ask(json.dumps(request))
+    answer = _reload_child(tuple(modules)).ask(json.dumps(request))
     assert answer == "ok", "the model did not reload in a fresh process: " + json.loads(
         answer.removeprefix("error: ")
     )
@@ -53,11 +54,13 @@ def check_reloads_in_fresh_process(
         assert package in packages, f"no layer of {package} in the reloaded model"
 
 
-def _reload_child() -> ServedProcess:
+def _reload_child(modules: tuple[str, ...]) -> ServedProcess:
+    """The reload process of these `modules`: one per set, so that a module imported
+    for one check never registers a layer for another."""
     from rnnkit.testing._reload_child import ANSWER
 
     return _SERVED.get(
-        "reload",
+        "reload:" + ",".join(modules),
         lambda: ServedProcess(
             "reload_child", "rnnkit.testing._reload_child", answer=ANSWER
         ),

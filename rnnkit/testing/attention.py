@@ -24,7 +24,12 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from rnnkit.testing._numerics import assert_close, named_check, torch_leaf
+from rnnkit.testing._numerics import (
+    assert_close,
+    assert_config_names_every_argument,
+    named_check,
+    torch_leaf,
+)
 from rnnkit.testing._reload import check_reloads_in_fresh_process
 from rnnkit.testing.references import numerical_gradients
 
@@ -183,6 +188,9 @@ def check_padded_positions_do_not_move(layer, query, value, **call_kwargs):
     """Changing the padded value and key positions changes nothing, and padded keys
     get exactly zero weight."""
     mask = padding_mask(len(value), value.shape[1])
+    assert not mask.all(), (
+        "no padded position to check: give at least two sequences of three steps"
+    )
     to_numpy = keras.ops.convert_to_numpy
     output, weights = layer(
         query, value, value_mask=mask, return_attention_scores=True, **call_kwargs
@@ -216,8 +224,13 @@ def check_training_step_reduces_loss(model, inputs, targets):
 
 
 def check_config_round_trip(layer):
+    """`get_config()` names every constructor argument, and `from_config` of it gives
+    a layer with the same config."""
     config = layer.get_config()
-    assert type(layer).from_config(config).get_config() == config
+    assert_config_names_every_argument(layer, config)
+    assert type(layer).from_config(config).get_config() == config, (
+        "from_config(get_config()) differs"
+    )
 
 
 def _model_of(make_layer, inputs, call_kwargs):

@@ -108,7 +108,7 @@ def check_recipe(
 
     Example:
 
-        check_recipe("stock", "recipes/stock/configs/smoke.toml", predict_inputs=[])
+        check_recipe("stock", "smoke.toml", predict_inputs=["prices.csv"])
         # ['toml_round_trip', 'check_config', ..., 'predict', 'export']
         check_recipe(MyRecipe(), "configs/smoke.toml", checks=["data_splits"])
         # ['data_splits']

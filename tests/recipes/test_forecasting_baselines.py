@@ -70,12 +70,21 @@ def test_owa_of_seasonal_naive_is_the_leaderboards(hourly):
 
 
 def test_seasonality_test_and_decomposition_on_made_up_series():
-    hours = np.arange(24 * 10)
+    hours = np.arange(24 * 12)  # 288 values: R's acf reaches lag 24 from 252 on
     daily = 100 + 30 * np.sin(2 * np.pi * hours / 24)  # seasonal, period 24
     assert baselines.seasonality_test(daily, 24)
     assert not baselines.seasonality_test(daily[: 24 * 3 - 1], 24)  # under 3 seasons
     trend = 100 + hours.astype(float)
     assert not baselines.seasonality_test(trend + np.sin(hours), 1)
+    noise = 100 + np.random.RandomState(0).randn(24 * 12)
+    assert not baselines.seasonality_test(noise, 24)
+    # R's acf stops at lag floor(10 log10 n): 23 for n = 200, so lag 24 is not tested.
+    assert not baselines.seasonality_test(daily[:200], 24)
+    assert baselines.seasonality_test(daily[:252], 24)  # floor(10 log10 252) = 24
+    with pytest.raises(ValueError, match="positive values"):
+        baselines.naive2(daily - 100, 48, 24)
+    with pytest.raises(ValueError, match="no whole season"):
+        baselines.seasonal_naive(daily[:10], 48, 24)
     indices = baselines.seasonal_indices(daily, 24)
     assert indices[:24].mean() == pytest.approx(1.0, abs=1e-3)
     # A pure multiplicative season: Naive2 continues it exactly.

@@ -106,3 +106,39 @@ class ForgetfulRNN(SimpleRNN):
 def test_a_layer_that_forgets_its_streamed_state_fails_the_stateful_check():
     with pytest.raises(AssertionError, match="check stateful failed: stateful halves"):
         check_recurrent_layer(ForgetfulRNN, checks=["stateful"])
+
+
+def test_parity_with_a_keras_built_in_runs_through_the_list():
+    ran = check_recurrent_layer(
+        SimpleRNN,
+        keras_reference=keras.layers.SimpleRNN,
+        checks=["keras_parity", "keras_parity_masked", "bidirectional"],
+    )
+    assert ran == ["keras_parity", "keras_parity_masked", "bidirectional"]
+
+
+def test_a_layer_of_another_package_reloads_where_its_module_is_imported(
+    tmp_path, monkeypatch
+):
+    """The fresh process imports the layer's module (its own package, not rnnkit);
+    told to import nothing, it cannot rebuild the layer and the check fails."""
+    package = tmp_path / "my_cells"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cells.py").write_text(
+        "import keras\n"
+        "from rnnkit.layers import SimpleRNN\n\n\n"
+        "@keras.saving.register_keras_serializable(package='my_cells')\n"
+        "class MyRNN(SimpleRNN):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from my_cells.cells import MyRNN
+
+    assert check_recurrent_layer(MyRNN, checks=["fresh_process_reload"]) == [
+        "fresh_process_reload"
+    ]
+    with pytest.raises(
+        AssertionError, match="check fresh_process_reload failed: the model did not"
+    ):
+        check_recurrent_layer(MyRNN, checks=["fresh_process_reload"], reload_modules=[])
