@@ -31,6 +31,7 @@ from rnnkit.testing._numerics import (
     torch_leaf,
 )
 from rnnkit.testing._reload import check_reloads_in_fresh_process
+from rnnkit.testing._selection import refuse_unknown_checks, run_checks
 from rnnkit.testing.references import numerical_gradients
 
 BATCH, QUERY_STEPS, VALUE_STEPS = 2, 3, 5
@@ -338,11 +339,7 @@ def attention_layer_checks(
     }
     wanted = list(available) if checks is None else list(checks)
     skip = list(skip)
-    unknown = sorted(set(wanted).union(skip) - set(available))
-    if unknown:
-        raise ValueError(
-            f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(available)}"
-        )
+    refuse_unknown_checks([*wanted, *skip], list(available))
     selected = []
     for name, (run, applies) in available.items():
         if name not in wanted or name in skip:
@@ -359,8 +356,4 @@ def check_attention_layer(make_layer, inputs, **kwargs) -> list[str]:
     """Runs `attention_layer_checks(make_layer, inputs, **kwargs)` in order; returns
     the names of the checks that ran. The first failure raises `AssertionError`
     "check NAME failed: what differs, by how much"."""
-    names = []
-    for name, check in attention_layer_checks(make_layer, inputs, **kwargs):
-        check()
-        names.append(name)
-    return names
+    return run_checks(attention_layer_checks(make_layer, inputs, **kwargs))

@@ -50,6 +50,7 @@ from rnnkit import config as config_lib
 from rnnkit import registry
 from rnnkit.files import write_text
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+from rnnkit.testing._selection import refuse_unknown_checks, run_checks
 
 __all__ = ["CHECK_NAMES", "check_recipe", "recipe_checks"]
 
@@ -129,9 +130,7 @@ def check_recipe(
             skip=skip,
             export_format=export_format,
         )
-        for _, check in selected:
-            check()
-    return [name for name, _ in selected]
+        return run_checks(selected)
 
 
 def recipe_checks(
@@ -177,12 +176,7 @@ def recipe_checks(
 
     wanted = CHECK_NAMES if checks is None else _names(checks)
     skip = _names(skip)
-    unknown = sorted(set(wanted).union(skip) - set(CHECK_NAMES))
-    if unknown:
-        raise ValueError(
-            f"unknown check(s) {', '.join(unknown)}; choose from "
-            f"{', '.join(CHECK_NAMES)}"
-        )
+    refuse_unknown_checks([*wanted, *skip], CHECK_NAMES)
     if isinstance(recipe, str):
         recipe = registry.load(recipe)
     if not isinstance(recipe, Recipe):

@@ -63,6 +63,7 @@ from rnnkit.testing._recurrent_core import (
     random_inputs,
 )
 from rnnkit.testing._reload import check_reloads_in_fresh_process
+from rnnkit.testing._selection import refuse_unknown_checks, run_checks
 from rnnkit.testing.references import numerical_gradients
 
 __all__ = [
@@ -564,12 +565,7 @@ def recurrent_layer_checks(
     family.num_states = num_states or _num_states(family.cell)
     wanted = None if checks is None else list(checks)
     skip = list(skip)
-    unknown = sorted(set(wanted or ()).union(skip) - set(CHECK_NAMES))
-    if unknown:
-        raise ValueError(
-            f"unknown check(s) {', '.join(unknown)}; choose from "
-            f"{', '.join(CHECK_NAMES)}"
-        )
+    refuse_unknown_checks([*(wanted or ()), *skip], CHECK_NAMES)
     selected = []
     for name, applies, run in _CHECKS:
         if (wanted is not None and name not in wanted) or name in skip:
@@ -623,11 +619,7 @@ def check_recurrent_layer(layer_class: type, **kwargs) -> list[str]:
         from rnnkit.testing import check_recurrent_layer, references
         check_recurrent_layer(LSTM, keras_reference=keras.layers.LSTM)
     """
-    names = []
-    for name, check in recurrent_layer_checks(layer_class, **kwargs):
-        check()
-        names.append(name)
-    return names
+    return run_checks(recurrent_layer_checks(layer_class, **kwargs))
 
 
 def _num_states(cell) -> int:
