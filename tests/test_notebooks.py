@@ -12,10 +12,46 @@ from tests.shared_data import SHARED_DATA, require
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # Notebooks marked slow (a quick local pass leaves them out with -m "not slow"). None
-# today: with their small parameters every notebook runs in about two minutes or less
-# on a 2-core CPU (06, the longest: 119 s in CI on an Intel Xeon, kernel start-up
-# included).
+# today: with QUICK below every notebook runs in well under a minute on a 2-core CPU.
 SLOW: set[str] = set()
+# Smaller values of the parameters of each notebook's first cell, set by a cell the
+# test adds after it: the test checks that the notebook runs top to bottom (and the
+# exact checks it asserts inside, which do not depend on these sizes), not the
+# quality its committed outputs show, which come from a run with the notebook's own
+# values (test_committed_notebook_was_run_top_to_bottom). The full values ran in
+# 2 to 141 s a notebook in CI (Intel Xeon, 2 cores); these take a fraction of that.
+QUICK: dict[str, dict[str, object]] = {
+    "01_rnn_from_scratch": {
+        "TRAIN_CHARACTERS": 12_000,
+        "VALIDATION_CHARACTERS": 2_000,
+        "EPOCHS": 1,
+        "GENERATED_CHARACTERS": 20,
+    },
+    "02_bptt_and_gradients": {
+        "DIAGNOSE_STEPS": 10,
+        "LM_CHARACTERS": 10_000,  # one batch of 16 x FULL_BPTT (512) tokens
+        "LM_EPOCHS": 1,
+    },
+    "03_lstm_and_gru": {
+        "TRAIN_WINDOWS": 300,
+        "EPOCHS": 1,
+        "TIMING_STEPS": 20,
+        "TIMING_REPEATS": 1,
+    },
+    "05_seq2seq_translation": {"TRAIN_PAIRS": 120, "EPOCHS": 1, "TEST_SENTENCES": 8},
+    "06_recipes_quickstart": {
+        "SENTIMENT_REVIEWS": 200,
+        "SENTIMENT_EPOCHS": 1,
+        "TRANSLATION_PAIRS": 100,
+        "TRANSLATION_EPOCHS": 1,
+        "CAPTION_IMAGES": 16,
+        "CAPTION_EPOCHS": 1,
+        "LM_CHARACTERS": 5_000,
+        "LM_EPOCHS": 1,
+        "SAMPLE_CHARACTERS": 20,
+    },
+    "07_from_attention_to_transformer": {"TRAIN_PAIRS": 120, "EPOCHS": 1},
+}
 
 
 def _errors(notebook) -> list:
@@ -67,6 +103,13 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     # repository, and the shared data beside it, through RNNKIT_ROOT.
     monkeypatch.setenv("RNNKIT_ROOT", str(ROOT))
     notebook = nbformat.read(path, as_version=4)
+    quick = QUICK.get(path.stem, {})
+    if quick:
+        first = next(
+            i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+        )
+        lines = [f"{name} = {value!r}" for name, value in quick.items()]
+        notebook.cells.insert(first + 1, nbformat.v4.new_code_cell("\n".join(lines)))
     NotebookClient(
         notebook,
         timeout=600,
@@ -74,6 +117,28 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         resources={"metadata": {"path": str(tmp_path)}},
     ).execute()
     assert not _errors(notebook)
+
+
+def _assigned_names(source: str) -> list[str]:
+    """The names a cell assigns at top level (`A = 1`, `A, B = 1, 2`)."""
+    import ast
+
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                elements = target.elts if isinstance(target, ast.Tuple) else [target]
+                names += [e.id for e in elements if isinstance(e, ast.Name)]
+    return names
+
+
+def test_quick_parameters_name_first_cell_values():
+    """QUICK sets only values the first cell has (a renamed one would be ignored)."""
+    for path in NOTEBOOKS:
+        if path.stem in QUICK:
+            notebook = nbformat.read(path, as_version=4)
+            first = next(c for c in notebook.cells if c.cell_type == "code")
+            assert set(QUICK[path.stem]) <= set(_assigned_names(first.source))
 
 
 def _sentiment_table() -> dict[str, float]:
