@@ -1,4 +1,5 @@
-"""Losses for sequence outputs: sparse cross-entropy with label smoothing and padding.
+"""Losses for sequence outputs: sparse cross-entropy with label smoothing and padding,
+and the quantile (pinball) loss of probabilistic forecasts.
 
 `keras.losses.SparseCategoricalCrossentropy` takes integer targets and skips a padding
 class (`ignore_class`) but has no label smoothing; `CategoricalCrossentropy` smooths but
@@ -102,4 +103,65 @@ class SparseLabelSmoothingCrossentropy(keras.losses.Loss):
             from_logits=self.from_logits,
             ignore_class=self.ignore_class,
         )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class QuantileLoss(keras.losses.Loss):
+    """The pinball loss of forecasts at several quantiles, averaged over them.
+
+    For a quantile q, a target y and a forecast f the loss is q (y - f) when y >= f
+    and (1 - q) (f - y) otherwise (Koenker and Bassett 1978): its expectation is
+    least at the q-quantile of y's distribution, so a model trained on it forecasts
+    that quantile. With q = 0.5 it is half the absolute error.
+
+    Targets are (batch, ...) and predictions (batch, ..., len(quantiles)); the loss
+    per target is the mean over the quantiles, so a `sample_weight` of the targets'
+    shape (for example 0 at a missing value, or one over a series' scale) weights
+    each target.
+
+        >>> import numpy as np
+        >>> loss = QuantileLoss(quantiles=(0.1, 0.5, 0.9))
+        >>> y = np.array([[1.0]], "float32")
+        >>> f = np.array([[[0.0, 1.0, 3.0]]], "float32")  # under, exact, over
+        >>> round(float(loss(y, f)), 4)  # (0.1 * 1 + 0 + 0.1 * 2) / 3
+        0.1
+
+    Args:
+        quantiles: the levels in (0, 1), in the order of the predictions' last axis.
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+    """
+
+    def __init__(
+        self,
+        quantiles=(0.1, 0.5, 0.9),
+        reduction: str = "sum_over_batch_size",
+        name: str = "quantile_loss",
+        dtype=None,
+    ):
+        quantiles = tuple(float(q) for q in quantiles)
+        if not quantiles or not all(0.0 < q < 1.0 for q in quantiles):
+            raise ValueError(
+                "Argument `quantiles` must be levels in (0, 1), "
+                f"received {quantiles!r}."
+            )
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.quantiles = quantiles
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.convert_to_tensor(y_pred)
+        if y_pred.shape[-1] != len(self.quantiles):
+            raise ValueError(
+                f"QuantileLoss: predictions hold {y_pred.shape[-1]} values per target "
+                f"for {len(self.quantiles)} quantiles {self.quantiles}."
+            )
+        y_true = ops.cast(y_true, y_pred.dtype)
+        error = ops.expand_dims(y_true, -1) - y_pred  # (batch, ..., quantiles)
+        levels = ops.convert_to_tensor(self.quantiles, dtype=y_pred.dtype)
+        pinball = ops.maximum(levels * error, (levels - 1.0) * error)
+        return ops.mean(pinball, axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(quantiles=list(self.quantiles))
         return config

@@ -112,3 +112,58 @@ def test_round_trips_through_keras_serialization():
 def test_smoothing_outside_zero_one_is_refused(epsilon):
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
         SparseLabelSmoothingCrossentropy(epsilon)
+
+
+# -- QuantileLoss --------------------------------------------------------------------
+
+
+def numpy_pinball_and_grad(targets, forecasts, levels, weights):
+    """mean over (batch, steps) of weight * mean_q max(q e, (q - 1) e), e = y - f,
+    and its gradient with respect to f: -q or 1 - q (over Q, batch and steps)."""
+    error = targets[..., None] - forecasts
+    levels = np.asarray(levels)
+    pinball = np.maximum(levels * error, (levels - 1.0) * error).mean(-1)
+    loss = (pinball * weights).sum() / weights.size
+    slope = np.where(error > 0, -levels, 1.0 - levels)
+    grad = slope * weights[..., None] / (len(levels) * weights.size)
+    return loss, grad
+
+
+@pytest.mark.parametrize("levels", [(0.5,), (0.025, 0.1, 0.5, 0.9, 0.975)])
+def test_quantile_loss_and_gradients_match_numpy(levels):
+    from rnnkit.losses import QuantileLoss
+
+    rng = np.random.default_rng(3)
+    targets = rng.normal(0, 2, (4, 6)).astype("float32")
+    forecasts = rng.normal(0, 2, (4, 6, len(levels))).astype("float32")
+    weights = rng.uniform(0, 2, (4, 6)).astype("float32")
+    weights[0, 2:] = 0.0  # missing targets
+    expected, expected_grad = numpy_pinball_and_grad(
+        targets.astype("float64"), forecasts.astype("float64"), levels, weights
+    )
+    variable = tf.constant(forecasts)
+    with tf.GradientTape() as tape:
+        tape.watch(variable)
+        value = QuantileLoss(levels)(targets, variable, sample_weight=weights)
+    np.testing.assert_allclose(float(value), expected, rtol=1e-5)
+    np.testing.assert_allclose(tape.gradient(value, variable), expected_grad, atol=1e-7)
+
+
+def test_quantile_loss_median_is_half_the_absolute_error_and_round_trips():
+    from rnnkit.losses import QuantileLoss
+
+    targets = np.array([[1.0, -2.0, 3.0]], "float32")
+    forecasts = np.array([[[0.0], [1.0], [3.5]]], "float32")
+    loss = QuantileLoss((0.5,))
+    assert float(loss(targets, forecasts)) == pytest.approx(0.5 * (1 + 3 + 0.5) / 3)
+    again = keras.losses.deserialize(keras.losses.serialize(QuantileLoss((0.2, 0.8))))
+    assert again.quantiles == (0.2, 0.8)
+
+
+def test_quantile_loss_refuses_bad_levels_and_mismatched_predictions():
+    from rnnkit.losses import QuantileLoss
+
+    with pytest.raises(ValueError, match="levels in \\(0, 1\\)"):
+        QuantileLoss((0.5, 1.0))
+    with pytest.raises(ValueError, match="2 values per target for 3 quantiles"):
+        QuantileLoss((0.1, 0.5, 0.9))(np.zeros((2, 3)), np.zeros((2, 3, 2)))

@@ -6,6 +6,7 @@ that `keras.saving.load_model` can rebuild a saved model in safe mode.
 
 from rnnkit.models import (
     encoder_decoder,
+    forecaster,
     image_captioner,
     language_model,
     sequence_classifier,

@@ -1,0 +1,348 @@
+"""A global forecaster for panels of series: quantiles of the next `horizon` values.
+
+One model is trained on windows of every series at once (a "global" model, as DeepAR,
+MQ-RNN and the M4 winner's ES-RNN are). Per window:
+
+    past_target (batch, L), past_observed (batch, L)       1 where a value was seen
+        -> WindowScaler: each window scaled by its own observed values only
+           (standard: minus its mean, over its standard deviation; mean_abs: over its
+           mean absolute value), so no statistic comes from the span forecast
+    [scaled target, observed, past covariates (normalised), past time features]
+        -> segments of `segment_length` steps, each projected to `units` (SegRNN,
+           Lin et al. 2023: a recurrence over L / segment_length steps, not L)
+        -> rnnkit LSTM/GRU stack -> the last state
+    decoder "direct": [state, future time features, series embedding] -> MLP
+        -> (horizon, quantiles), all steps at once (MQ-CNN's "direct" head)
+    decoder "recurrent": a second recurrent layer over the horizon, started from the
+        encoder's state, reading each future step's time features and the series
+        embedding, one (quantiles) output per step (the MQ-RNN decoder, Wen et al. 2017)
+        -> QuantileOutput: back to the series' scale, quantiles sorted
+
+`architecture="linear"` replaces all of it by one linear map from the scaled window to
+every step's quantiles: the function class of DLinear and NLinear (Zeng et al. 2023),
+whose trend-seasonal split is itself linear in the window, the cheap strong baseline
+of long-horizon forecasting.
+
+The scaling and its inverse live inside the model, so `model.keras` alone turns a raw
+window into a forecast in the data's units and reloads in safe mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+from keras import ops
+
+from rnnkit.models._recurrent import recurrent_layer_class
+
+SCALINGS = ("standard", "mean_abs", "none")
+DECODERS = ("direct", "recurrent")
+ARCHITECTURES = ("recurrent", "linear")
+
+
+def window_statistics(values, observed, mode: str = "standard", minimum_scale=1e-3):
+    """(location, scale), each (batch, 1), of `WindowScaler` for (batch, steps)
+    `values` and `observed` (float32 tensors; keras ops, so an input pipeline can
+    weight each window's loss by one over its scale as the model scales it)."""
+    count = ops.maximum(ops.sum(observed, axis=-1, keepdims=True), 1.0)
+    mean_abs = ops.sum(ops.abs(values) * observed, axis=-1, keepdims=True) / count
+    floor = minimum_scale * (mean_abs + 1.0)
+    if mode == "standard":
+        location = ops.sum(values * observed, axis=-1, keepdims=True) / count
+        deviation = (values - location) * observed
+        variance = ops.sum(ops.square(deviation), axis=-1, keepdims=True) / count
+        return location, ops.maximum(ops.sqrt(variance), floor)
+    if mode == "mean_abs":
+        return ops.zeros_like(mean_abs), ops.maximum(mean_abs, floor)
+    return ops.zeros_like(mean_abs), ops.ones_like(mean_abs)
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class WindowScaler(keras.layers.Layer):
+    """Scales each window by statistics of its own observed values.
+
+    Call it on `[values, observed]`, both (batch, steps); `observed` is 1 where the
+    value was seen and 0 where it is missing (a missing value must be a finite
+    placeholder, such as 0). Returns `[scaled, location, scale]`: `scaled` (batch,
+    steps) is `(values - location) / scale` at observed steps and 0 at missing ones;
+    `location` and `scale` are (batch, 1).
+
+    Args:
+        mode: "standard" (location the observed mean, scale the observed standard
+            deviation), "mean_abs" (location 0, scale the observed mean absolute
+            value; DeepAR's) or "none" (0 and 1).
+        minimum_scale: the smallest scale, relative to the window's mean absolute
+            value plus one, so that a constant window does not divide by zero.
+    """
+
+    def __init__(self, mode: str = "standard", minimum_scale: float = 1e-3, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in SCALINGS:
+            raise ValueError(
+                f"Argument `mode` must be one of {SCALINGS}, received {mode!r}."
+            )
+        self.mode = mode
+        self.minimum_scale = float(minimum_scale)
+
+    def call(self, inputs):
+        values, observed = inputs
+        values = ops.cast(values, "float32")
+        observed = ops.cast(observed, "float32")
+        location, scale = window_statistics(
+            values, observed, self.mode, self.minimum_scale
+        )
+        scaled = (values - location) / scale * observed
+        return [scaled, location, scale]
+
+    def compute_output_shape(self, input_shape):
+        shape = tuple(input_shape[0])
+        return [shape, (shape[0], 1), (shape[0], 1)]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode, minimum_scale=self.minimum_scale)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class QuantileOutput(keras.layers.Layer):
+    """Scaled forecasts back in the series' units, quantiles in increasing order.
+
+    Call it on `[forecast, location, scale]`: `forecast` (batch, horizon, quantiles)
+    in the scaled units of `WindowScaler`, `location` and `scale` (batch, 1). Returns
+    `forecast * scale + location`, sorted along the last axis, so that a lower
+    quantile never lies above a higher one.
+    """
+
+    def call(self, inputs):
+        forecast, location, scale = inputs
+        forecast = ops.cast(forecast, "float32")
+        unscaled = forecast * scale[:, :, None] + location[:, :, None]
+        return ops.sort(unscaled, axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[0])
+
+
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(
+            f"Argument `{name}` must be a positive integer, received {name}={value!r}."
+        )
+
+
+def build_forecaster(
+    *,
+    input_length: int,
+    horizon: int,
+    quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+    past_covariates: int = 0,
+    covariate_mean: Sequence[float] | None = None,
+    covariate_variance: Sequence[float] | None = None,
+    time_features: int = 0,
+    series_ids: Sequence[str] | None = None,
+    embedding_dim: int = 0,
+    cell_type: str = "gru",
+    units: int = 64,
+    num_layers: int = 1,
+    segment_length: int = 1,
+    decoder: str = "direct",
+    hidden_units: int = 0,
+    dropout: float = 0.0,
+    scaling: str = "standard",
+    architecture: str = "recurrent",
+    seed: int | None = None,
+) -> keras.Model:
+    """The forecaster as a functional `keras.Model` (not compiled).
+
+    Args:
+        input_length: L, past steps read per forecast.
+        horizon: H, steps forecast at once.
+        quantiles: levels in (0, 1) forecast per step (the last output axis, in
+            increasing order).
+        past_covariates: C, numeric inputs observed in the past only (input
+            `past_covariates`, (batch, L, C)); 0: none.
+        covariate_mean, covariate_variance: per-covariate statistics of the training
+            span (a `Normalization` layer holds them); required when C > 0.
+        time_features: T, known-future features per step (calendar terms: inputs
+            `past_time` (batch, L, T) and `future_time` (batch, H, T)); 0: none.
+        series_ids: the ids of the series known to the embedding (input `series`,
+            (batch,) strings; a `StringLookup` inside the model maps an id not seen
+            in training to a row of its own); None: no series input.
+        embedding_dim: width of the series embedding (a static covariate); 0: none.
+        cell_type: a registered recurrent layer ("lstm", "gru", ...).
+        units: width of the segment projection and of every recurrent layer.
+        num_layers: stacked recurrent layers of the encoder.
+        segment_length: steps per segment; must divide `input_length`.
+        decoder: "direct" or "recurrent" (see the module docstring).
+        hidden_units: width of the direct decoder's hidden layer (0: `2 * units`).
+        dropout: dropout rate before the decoder's output layer.
+        scaling: `WindowScaler` mode: "standard", "mean_abs" or "none".
+        architecture: "recurrent" (the encoder and decoder above) or "linear" (one
+            `Dense` from the scaled window to the quantiles; the other inputs and
+            the recurrent arguments are not used).
+        seed: seed of the dropout layer.
+
+    Returns:
+        A model mapping its named inputs to (batch, H, len(quantiles)) float32.
+
+    Example:
+    >>> model = build_forecaster(input_length=48, horizon=24, segment_length=12)
+    >>> model.output_shape
+    (None, 24, 3)
+    """
+    recurrent = recurrent_layer_class(cell_type)
+    for name, value in (
+        ("input_length", input_length),
+        ("horizon", horizon),
+        ("units", units),
+        ("num_layers", num_layers),
+        ("segment_length", segment_length),
+    ):
+        _positive(name, value)
+    if input_length % segment_length:
+        raise ValueError(
+            f"Argument `segment_length` must divide `input_length`, received "
+            f"segment_length={segment_length} and input_length={input_length}."
+        )
+    quantiles = tuple(float(q) for q in quantiles)
+    if not quantiles or not all(0.0 < q < 1.0 for q in quantiles):
+        raise ValueError(
+            f"Argument `quantiles` must be levels in (0, 1), received {quantiles!r}."
+        )
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"Argument `architecture` must be one of {ARCHITECTURES}, received "
+            f"{architecture!r}."
+        )
+    if decoder not in DECODERS:
+        raise ValueError(
+            f"Argument `decoder` must be one of {DECODERS}, received {decoder!r}."
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"Argument `dropout` must be in [0, 1), received {dropout!r}.")
+    if past_covariates and (covariate_mean is None or covariate_variance is None):
+        raise ValueError(
+            "Arguments `covariate_mean` and `covariate_variance` (the training span's "
+            f"statistics) are required with past_covariates={past_covariates}."
+        )
+
+    past_target = keras.Input((input_length,), name="past_target")
+    past_observed = keras.Input((input_length,), name="past_observed")
+    inputs = {"past_target": past_target, "past_observed": past_observed}
+    scaled, location, scale = WindowScaler(scaling, name="scaler")(
+        [past_target, past_observed]
+    )
+    if architecture == "linear":
+        flat = keras.layers.Dense(horizon * len(quantiles), name="linear")(scaled)
+        forecast = keras.layers.Reshape(
+            (horizon, len(quantiles)), name="forecast_grid"
+        )(flat)
+        outputs = QuantileOutput(name="quantiles", dtype="float32")(
+            [forecast, location, scale]
+        )
+        return keras.Model(inputs, outputs, name="linear_forecaster")
+    steps = [
+        keras.layers.Reshape((input_length, 1), name="target_steps")(scaled),
+        keras.layers.Reshape((input_length, 1), name="observed_steps")(past_observed),
+    ]
+    if past_covariates:
+        covariates = keras.Input(
+            (input_length, past_covariates), name="past_covariates"
+        )
+        inputs["past_covariates"] = covariates
+        normalise = keras.layers.Normalization(
+            axis=-1,
+            mean=np.asarray(covariate_mean, "float32"),
+            variance=np.asarray(covariate_variance, "float32"),
+            name="normalize_covariates",
+        )
+        steps.append(normalise(covariates))
+    future_time = None
+    if time_features:
+        past_time = keras.Input((input_length, time_features), name="past_time")
+        future_time = keras.Input((horizon, time_features), name="future_time")
+        inputs.update(past_time=past_time, future_time=future_time)
+        steps.append(past_time)
+    features = keras.layers.Concatenate(name="step_features")(steps)  # (b, L, F)
+    width = features.shape[-1]
+    segments = keras.layers.Reshape(
+        (input_length // segment_length, segment_length * width), name="segments"
+    )(features)
+    hidden = keras.layers.Dense(units, activation="relu", name="segment_projection")(
+        segments
+    )
+    states = []
+    for index in range(num_layers):
+        last = index == num_layers - 1
+        outputs = recurrent(
+            units,
+            return_sequences=not last,
+            return_state=last,
+            name=f"encoder_{cell_type}_{index + 1}",
+        )(hidden)
+        if last:
+            hidden, states = outputs[0], list(outputs[1:])
+        else:
+            hidden = outputs
+
+    static = []
+    if series_ids is not None and embedding_dim:
+        series = keras.Input((), dtype="string", name="series")
+        inputs["series"] = series
+        lookup = keras.layers.StringLookup(
+            vocabulary=[str(i) for i in series_ids], name="series_lookup"
+        )
+        static.append(
+            keras.layers.Embedding(
+                len(series_ids) + 1, embedding_dim, name="series_embedding"
+            )(lookup(series))
+        )
+
+    if decoder == "direct":
+        parts = [hidden, *static]
+        if future_time is not None:
+            parts.append(keras.layers.Flatten(name="future_time_flat")(future_time))
+        context = (
+            keras.layers.Concatenate(name="context")(parts)
+            if len(parts) > 1
+            else hidden
+        )
+        context = keras.layers.Dense(
+            hidden_units or 2 * units, activation="relu", name="decoder_hidden"
+        )(context)
+        if dropout:
+            context = keras.layers.Dropout(dropout, seed=seed, name="dropout")(context)
+        flat = keras.layers.Dense(horizon * len(quantiles), name="decoder_output")(
+            context
+        )
+        forecast = keras.layers.Reshape(
+            (horizon, len(quantiles)), name="forecast_grid"
+        )(flat)
+    else:
+        per_step = []
+        if future_time is not None:
+            per_step.append(future_time)
+        for part in static:
+            per_step.append(keras.layers.RepeatVector(horizon)(part))
+        if not per_step:  # the step's position is all the decoder reads
+            per_step.append(
+                keras.layers.RepeatVector(horizon, name="decoder_steps")(hidden)
+            )
+        decoder_inputs = (
+            keras.layers.Concatenate(name="decoder_inputs")(per_step)
+            if len(per_step) > 1
+            else per_step[0]
+        )
+        decoded = recurrent(units, return_sequences=True, name=f"decoder_{cell_type}")(
+            decoder_inputs, initial_state=states
+        )
+        if dropout:
+            decoded = keras.layers.Dropout(dropout, seed=seed, name="dropout")(decoded)
+        forecast = keras.layers.Dense(len(quantiles), name="decoder_output")(decoded)
+    outputs = QuantileOutput(name="quantiles", dtype="float32")(
+        [forecast, location, scale]
+    )
+    return keras.Model(inputs, outputs, name=f"{cell_type}_forecaster")
