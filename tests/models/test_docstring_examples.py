@@ -11,6 +11,7 @@ MODULES = [
     "rnnkit.models.sequence_classifier",
     "rnnkit.models.text_standardizer",
     "rnnkit.models.sequence_regressor",
+    "rnnkit.models.forecaster",
     "rnnkit.models.language_model",
     "rnnkit.models.image_captioner",
     "rnnkit.optimizers",

@@ -1,0 +1,152 @@
+"""The configuration of the forecasting recipe (one dataclass per section)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rnnkit.recipe import (
+    DataConfig,
+    EvaluationConfig,
+    ModelConfig,
+    RecipeConfig,
+    TrainConfig,
+    field,
+    section,
+)
+from rnnkit.registry import recurrent_names
+
+
+@dataclasses.dataclass
+class ForecastingDataConfig(DataConfig):
+    layout: str = field(
+        "auto",
+        help="File layout: long (id, time, target rows), wide (M4: one row per "
+        "series) or auto (wide when the header is V1, V2, ...).",
+        choices=("auto", "long", "wide"),
+    )
+    test_path: str | None = field(
+        None,
+        help="A wide file of each series' test values (M4's test file), appended "
+        "after data.path's values as the test span.",
+    )
+    id_column: str = field("id", help="Long files: the series id column.")
+    time_column: str = field("time", help="Long files: the time column.")
+    target_column: str = field("target", help="Long files: the column forecast.")
+    covariates: tuple[str, ...] = field(
+        (), help="Long files: numeric columns observed in the past only."
+    )
+    frequency: str | None = field(
+        None,
+        help="Spacing of the times (pandas alias: h, 30min, D); None: the most "
+        "common step between times.",
+    )
+    horizon: int = field(48, help="Steps forecast from each origin.", at_least=1)
+    input_length: int = field(
+        336, help="Past steps the model reads per forecast.", at_least=1
+    )
+    seasonality: int = field(
+        48,
+        help="Steps per season (24 for hourly data): seasonal naive, Naive2, MASE.",
+        at_least=1,
+    )
+    test_windows: int = field(
+        7,
+        help="Forecast origins in the test span, each a horizon after the last "
+        "(rolling origin; the model is not refitted).",
+        at_least=1,
+    )
+    validation_windows: int = field(
+        1, help="Forecast origins in the validation span before it.", at_least=1
+    )
+    calendar: bool = field(
+        True,
+        help="Give the model Fourier terms of the time (a day and a week for "
+        "sub-daily data), or of the season when the data has no times.",
+    )
+
+
+@dataclasses.dataclass
+class ForecastingModelConfig(ModelConfig):
+    architecture: str = field(
+        "recurrent",
+        help="recurrent: the segment GRU/LSTM encoder and its decoder; linear: one "
+        "linear map from the scaled window to the quantiles (DLinear's class).",
+        choices=("recurrent", "linear"),
+    )
+    cell_type: str = field("gru", help="Recurrent layer.", choices=recurrent_names())
+    units: int = field(64, help="Units of the projection and recurrences.", at_least=1)
+    layers: int = field(1, help="Stacked recurrent layers of the encoder.", at_least=1)
+    segment_length: int = field(
+        48,
+        help="Steps per segment the recurrence reads at once (must divide "
+        "data.input_length; 1: step by step).",
+        at_least=1,
+    )
+    decoder: str = field(
+        "direct",
+        help="direct: every step at once from the last state; recurrent: a "
+        "recurrent decoder over the horizon.",
+        choices=("direct", "recurrent"),
+    )
+    hidden_units: int = field(
+        0,
+        help="Width of the direct decoder's hidden layer (0: twice units).",
+        at_least=0,
+    )
+    dropout: float = field(
+        0.0, help="Dropout before the output layer.", at_least=0.0, below=1.0
+    )
+    scaling: str = field(
+        "standard",
+        help="Each window scaled by its own past: standard (mean, deviation), "
+        "mean_abs, or none.",
+        choices=("standard", "mean_abs", "none"),
+    )
+    quantiles: tuple[float, ...] = field(
+        (0.025, 0.1, 0.5, 0.9, 0.975),
+        help="Quantiles forecast per step (the median is the point forecast).",
+        above=0.0,
+        below=1.0,
+    )
+    weighting: str = field(
+        "scale",
+        help="Each window's loss over: scale (its scaling's scale) or "
+        "seasonal_difference (its mean absolute seasonal difference, MASE's scale).",
+        choices=("scale", "seasonal_difference"),
+    )
+    embedding_dim: int = field(
+        4, help="Width of the series embedding (0: none).", at_least=0
+    )
+
+
+@dataclasses.dataclass
+class ForecastingEvaluationConfig(EvaluationConfig):
+    interval: float = field(
+        0.95,
+        help="Coverage of the interval scored by MSIS and coverage; the quantiles "
+        "must hold its two ends.",
+        above=0.0,
+        below=1.0,
+    )
+    plot_series: int = field(
+        4, help="Series drawn in the fan chart of the last test window.", at_least=0
+    )
+
+
+@dataclasses.dataclass
+class ForecastingConfig(RecipeConfig):
+    data: ForecastingDataConfig = section(ForecastingDataConfig, "Series and windows.")
+    model: ForecastingModelConfig = section(
+        ForecastingModelConfig, "The global forecaster."
+    )
+    train: TrainConfig = section(
+        TrainConfig,
+        "The training loop.",
+        epochs=30,
+        batch_size=256,
+        patience=5,
+        learning_rate=3e-3,
+    )
+    evaluation: ForecastingEvaluationConfig = section(
+        ForecastingEvaluationConfig, "Test windows, intervals and plots."
+    )

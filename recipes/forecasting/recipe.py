@@ -1,0 +1,409 @@
+"""Forecasting a panel of series with one global model, with quantiles.
+
+One rnnkit GRU/LSTM forecaster (`rnnkit.models.forecaster`) is trained on windows of
+every series of the panel: each window scaled by its own past, the calendar as
+known-future input, the series as an embedding, the loss the pinball loss of several
+quantiles. The test figures put it beside naive, seasonal naive and the M4
+competition's Naive2 on the same rolling-origin test windows: sMAPE, MASE and OWA as
+the M4 defines them, the weighted quantile loss, and the MSIS and coverage of its
+interval. The default data is Taylor's half-hourly electricity demand (offline, from
+pmdarima); `configs/m4_hourly.toml` is the M4 competition's Hourly set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rnnkit_recipes.forecasting.config import ForecastingConfig
+
+from rnnkit.recipe import Metrics, Recipe, RecipeData
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+    import numpy as np
+
+
+@dataclasses.dataclass
+class ForecastingData(RecipeData):
+    """The splits (batched datasets of (inputs, targets, weights)) and what the
+    evaluation needs: the grid, the window reader, the test rows."""
+
+    grid: Any = None
+    windows: Any = None
+    test_rows: Any = None
+    validation_rows: Any = None
+    periods: tuple[float, ...] = ()
+    source: str = ""
+
+
+class ForecastingRecipe(Recipe):
+    """A global quantile forecaster of many series."""
+
+    name = "forecasting"
+    summary = (
+        "Forecast many series at once with one global GRU/LSTM: quantiles, "
+        "calendar inputs, rolling-origin test, M4 benchmarks"
+    )
+    Config = ForecastingConfig
+    split_keys = (
+        "data.horizon",
+        "data.test_windows",
+        "data.validation_windows",
+        "data.test_path",
+    )
+
+    def check_config(self, config: ForecastingConfig) -> None:
+        super().check_config(config)
+        _check(config)
+
+    def load_data(self, config: ForecastingConfig) -> ForecastingData:
+        _check(config)
+        return load(config)
+
+    def build_model(self, config: ForecastingConfig, data: ForecastingData):
+        import keras
+        import numpy as np
+
+        from rnnkit.losses import QuantileLoss
+        from rnnkit.models.forecaster import build_forecaster
+
+        grid = data.grid
+        covariates = grid.covariates
+        mean = variance = None
+        if covariates is not None:
+            span = covariates[:, : grid.train_end]
+            mean = np.nan_to_num(np.nanmean(span, axis=(0, 1)))
+            variance = np.nan_to_num(np.nanvar(span, axis=(0, 1)), nan=1.0)
+        m = config.model
+        model = build_forecaster(
+            input_length=config.data.input_length,
+            horizon=config.data.horizon,
+            quantiles=tuple(sorted(m.quantiles)),
+            past_covariates=0 if covariates is None else covariates.shape[2],
+            covariate_mean=mean,
+            covariate_variance=variance,
+            time_features=2 * len(data.periods),
+            series_ids=grid.ids if m.embedding_dim else None,
+            embedding_dim=m.embedding_dim,
+            cell_type=m.cell_type,
+            units=m.units,
+            num_layers=m.layers,
+            segment_length=m.segment_length,
+            decoder=m.decoder,
+            hidden_units=m.hidden_units,
+            dropout=m.dropout,
+            scaling=m.scaling,
+            architecture=m.architecture,
+            seed=config.train.seed,
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(config.train.learning_rate),
+            loss=QuantileLoss(tuple(sorted(m.quantiles))),
+        )
+        return model
+
+    def search_space(
+        self, hp: keras_tuner.HyperParameters, config: ForecastingConfig
+    ) -> ForecastingConfig:
+        length = config.data.input_length
+        segments = [s for s in (1, 12, 24, 48) if length % s == 0 and s <= length]
+        return config.with_values(
+            {
+                "model.cell_type": hp.Choice("cell_type", ["gru", "lstm"]),
+                "model.units": hp.Choice("units", [32, 64, 128]),
+                "model.segment_length": hp.Choice("segment_length", segments),
+                "model.decoder": hp.Choice("decoder", ["direct", "recurrent"]),
+                "model.dropout": hp.Choice("dropout", [0.0, 0.1, 0.2]),
+                "train.learning_rate": hp.Float(
+                    "learning_rate", 3e-4, 1e-2, sampling="log"
+                ),
+            }
+        )
+
+    def evaluate(
+        self, model: keras.Model, data: ForecastingData, config: ForecastingConfig
+    ) -> Metrics:
+        from rnnkit_recipes.forecasting.evaluation import scores
+
+        _check_model_shape(model, config)
+        forecasts = test_forecasts(model, data, config)
+        return scores(forecasts, config.data.seasonality, config.evaluation.interval)
+
+    def predict(
+        self, model: keras.Model, inputs: Sequence[str], config: ForecastingConfig
+    ) -> list[str]:
+        _check_model_shape(model, config)
+        paths = list(inputs) or [config.data.path]
+        lines: list[str] = []
+        for path in paths:
+            lines += forecast_lines(model, path, config, header=not lines)
+        return lines
+
+    def write_plots(
+        self,
+        model: keras.Model,
+        data: ForecastingData,
+        config: ForecastingConfig,
+        plot_dir: Path,
+    ) -> None:
+        from rnnkit_recipes.forecasting.plots import error_by_step_plot, fan_chart
+
+        forecasts = test_forecasts(model, data, config)
+        fan_chart(forecasts, data, config, plot_dir / "fan_chart.png")
+        error_by_step_plot(forecasts, data, plot_dir / "error_by_step.png")
+
+
+# -- Checks ---------------------------------------------------------------------------
+
+
+def _check(config: ForecastingConfig) -> None:
+    from rnnkit.errors import ConfigError
+
+    d, m = config.data, config.model
+    if d.input_length % m.segment_length:
+        raise ConfigError(
+            f"model.segment_length={m.segment_length} must divide "
+            f"data.input_length={d.input_length}; pick a divisor (1 reads step by step)"
+        )
+    quantiles = tuple(m.quantiles)
+    if not quantiles:
+        raise ConfigError("model.quantiles is empty; give at least one, such as 0.5")
+    if len(set(quantiles)) != len(quantiles):
+        raise ConfigError(
+            f"model.quantiles={quantiles} repeats a level; give each once"
+        )
+    if m.architecture == "linear" and d.covariates:
+        raise ConfigError(
+            "model.architecture=linear reads the target alone; drop data.covariates "
+            "or use model.architecture=recurrent"
+        )
+    if d.test_path is not None and d.path is None:
+        raise ConfigError(
+            "data.test_path gives the test values of data.path's series; set "
+            "data.path too"
+        )
+
+
+def _check_model_shape(model, config: ForecastingConfig) -> None:
+    from rnnkit.errors import ConfigError
+
+    length = model.get_layer("scaler").input[0].shape[1]
+    horizon = model.output_shape[1]
+    if (config.data.input_length, config.data.horizon) != (length, horizon):
+        raise ConfigError(
+            f"this run's model reads data.input_length={length} steps and forecasts "
+            f"data.horizon={horizon}; use those (got {config.data.input_length} and "
+            f"{config.data.horizon})"
+        )
+
+
+# -- Data -----------------------------------------------------------------------------
+
+
+def _panel(config: ForecastingConfig, path: str | None):
+    from rnnkit_recipes.forecasting.data import load_panel
+
+    d = config.data
+    return load_panel(
+        path,
+        layout=d.layout,
+        id_column=d.id_column,
+        time_column=d.time_column,
+        target_column=d.target_column,
+        covariates=tuple(d.covariates),
+        frequency=d.frequency,
+    )
+
+
+def load(config: ForecastingConfig) -> ForecastingData:
+    """The grid of the configured panel and its three splits."""
+    import numpy as np
+    from rnnkit_recipes.forecasting.data import (
+        Windows,
+        append_test,
+        time_periods,
+        to_grid,
+        window_origins,
+    )
+
+    from rnnkit.errors import DataError
+
+    d = config.data
+    panel = _panel(config, d.path)
+    test_steps = d.horizon * d.test_windows
+    if d.test_path is not None:
+        panel, given = append_test(panel, d.test_path)
+        if test_steps > given:
+            raise DataError(
+                f"data.horizon={d.horizon} x data.test_windows={d.test_windows} = "
+                f"{test_steps} test steps, but {Path(d.test_path).name} holds {given} "
+                "per series; lower data.horizon or data.test_windows"
+            )
+        test_steps = given
+    validation_steps = d.horizon * d.validation_windows
+    lengths = np.array([len(v) for v in panel.values])
+    needed = test_steps + validation_steps + 1
+    short = lengths < needed
+    if short.all() or short.any() and d.test_path is not None:
+        first = panel.ids[int(np.flatnonzero(short)[0])]
+        raise DataError(
+            f"{int(short.sum())} of {len(lengths)} series (the first {first}, "
+            f"{int(lengths[short][0])} steps) are too short for a test span of "
+            f"{test_steps} steps, a validation span of {validation_steps} and a step "
+            "to learn from; lower data.horizon, data.test_windows or "
+            "data.validation_windows, or drop the short series"
+        )
+    if short.any():
+        import logging
+
+        logging.getLogger("rnnkit").warning(
+            "%d of %d series are shorter than the test and validation spans (%d "
+            "steps); they are left out", int(short.sum()), len(lengths), needed,
+        )  # fmt: skip
+        keep = np.flatnonzero(~short)
+        panel = dataclasses.replace(
+            panel,
+            ids=[panel.ids[i] for i in keep],
+            values=[panel.values[i] for i in keep],
+            times=None if panel.times is None else [panel.times[i] for i in keep],
+            covariates=None
+            if panel.covariates is None
+            else [panel.covariates[i] for i in keep],
+        )
+    grid = to_grid(panel, test_steps, validation_steps)
+    recurrent = config.model.architecture == "recurrent"  # linear: the target only
+    calendar = d.calendar and recurrent
+    periods = time_periods(grid.frequency, d.seasonality) if calendar else ()
+    windows = Windows(
+        grid,
+        d.input_length,
+        d.horizon,
+        periods,
+        grid.ids if config.model.embedding_dim and recurrent else None,
+        config.model.scaling,
+        config.model.weighting,
+        d.seasonality,
+    )
+    # A training window reads at least half its input: one that begins a series
+    # would be scaled by the statistics of a handful of values.
+    train_rows = window_origins(
+        grid, 1, grid.train_end - d.horizon, d.input_length, d.horizon,
+        min_observed=max(1, d.input_length // 2),
+    )  # fmt: skip
+    if len(train_rows) == 0:
+        raise DataError(
+            f"no training window: every series' training span is shorter than "
+            f"data.horizon={d.horizon} plus one step; lower data.horizon or the "
+            "test and validation windows"
+        )
+    validation_rows = window_origins(
+        grid, grid.train_end, grid.steps - test_steps - d.horizon,
+        d.input_length, d.horizon, stride=d.horizon,
+    )  # fmt: skip
+    test_first = grid.steps - test_steps
+    test_rows = window_origins(
+        grid, test_first, grid.steps - d.horizon, d.input_length, d.horizon,
+        stride=d.horizon,
+    )  # fmt: skip
+    batch = config.train.batch_size
+    return ForecastingData(
+        train=windows.dataset(
+            train_rows, batch, seed=config.train.seed if config.train.shuffle else None
+        ),
+        validation=windows.dataset(validation_rows, batch),
+        test=windows.dataset(test_rows, batch),
+        grid=grid,
+        windows=windows,
+        test_rows=test_rows,
+        validation_rows=validation_rows,
+        periods=periods,
+        source=panel.source,
+    )
+
+
+def test_forecasts(
+    model, data: ForecastingData, config: ForecastingConfig, split: str = "test"
+):
+    """The model's and the benchmarks' forecasts of every window of `split` ("test",
+    or "validation" to compare configurations)."""
+    from rnnkit_recipes.forecasting.evaluation import (
+        Forecasts,
+        benchmark_forecasts,
+        history_of,
+    )
+
+    grid = data.grid
+    rows = data.test_rows if split == "test" else data.validation_rows
+    inputs, _, _ = data.windows.arrays(rows)
+    quantiles = model.predict(inputs, batch_size=config.train.batch_size, verbose=0)
+    horizon = config.data.horizon
+    actual = grid.values[rows[:, 0][:, None], rows[:, 1][:, None] + _steps(horizon)]
+    histories = [history_of(grid.values[s], o) for s, o in rows]
+    return Forecasts(
+        rows=rows,
+        actual=actual,
+        histories=histories,
+        quantiles=quantiles.astype("float64"),
+        levels=tuple(sorted(config.model.quantiles)),
+        baselines=benchmark_forecasts(histories, horizon, config.data.seasonality),
+    )
+
+
+def _steps(horizon: int) -> np.ndarray:
+    import numpy as np
+
+    return np.arange(horizon)
+
+
+def forecast_lines(
+    model, path: str | None, config: ForecastingConfig, header: bool
+) -> list[str]:
+    """CSV lines `id,step,time,q...`: the forecast of the `horizon` steps after each
+    series' last value in `path` (the default data when None)."""
+    import numpy as np
+    import pandas as pd
+    from rnnkit_recipes.forecasting.data import Windows, time_periods, to_grid
+
+    d = config.data
+    panel = _panel(config, path)
+    grid = to_grid(panel, 0, 0)
+    inputs = {tensor.name: tensor for tensor in model.inputs}
+    periods = ()
+    if "past_time" in inputs:
+        periods = time_periods(grid.frequency, d.seasonality)
+        trained = inputs["past_time"].shape[-1] // 2
+        if len(periods) != trained:
+            from rnnkit.errors import DataError
+
+            raise DataError(
+                f"{panel.source}: the model reads calendar terms of {trained} "
+                f"period(s), and this file's times give {len(periods)}; predict from "
+                "a file of the training data's layout and spacing"
+            )
+    names = set(inputs)
+    windows = Windows(
+        grid, d.input_length, d.horizon, periods,
+        grid.ids if "series" in names else None,
+        config.model.scaling,
+        config.model.weighting,
+        d.seasonality,
+    )  # fmt: skip
+    rows = np.stack([np.arange(len(grid.ids)), np.full(len(grid.ids), grid.steps)], 1)
+    inputs, _, _ = windows.arrays(rows.astype(np.int64))
+    quantiles = model.predict(inputs, batch_size=config.train.batch_size, verbose=0)
+    levels = tuple(sorted(config.model.quantiles))
+    lines = ["id,step,time," + ",".join(f"q{q:g}" for q in levels)] if header else []
+    for index, series_id in enumerate(grid.ids):
+        if grid.last_times is not None:
+            times = pd.date_range(
+                grid.last_times[index], periods=d.horizon + 1, freq=grid.frequency
+            )[1:]
+        for step in range(d.horizon):
+            when = "" if grid.last_times is None else str(times[step])
+            values = ",".join(f"{v:.6g}" for v in quantiles[index, step])
+            lines.append(f"{series_id},{step + 1},{when},{values}")
+    return lines

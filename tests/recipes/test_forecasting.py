@@ -1,0 +1,192 @@
+"""The forecasting recipe: the recipe contract (rnnkit.testing), honest splits, the
+test table beside the M4 benchmarks, predictions per series and step, and bad
+configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rnnkit_recipes.forecasting.evaluation import interval_ends, weighted_quantile_loss
+from rnnkit_recipes.forecasting.recipe import ForecastingRecipe
+
+from rnnkit import config as config_lib
+from rnnkit.errors import ConfigError, DataError
+from rnnkit.testing import recipe_checks
+from tests.shared_data import SHARED_DATA, require
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "recipes" / "forecasting" / "configs" / "smoke.toml"
+M4 = SHARED_DATA / "forecasting"
+recipe = ForecastingRecipe()
+
+
+def smoke(**values):
+    return config_lib.resolve(recipe.Config, SMOKE).with_values(values)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, check",
+    recipe_checks(
+        recipe,
+        SMOKE,
+        predict_inputs=[],  # no file: the default data, as `rnnkit predict RUN`
+        skip=["export"],  # the recipe declares no export yet (issue 52, point 6)
+    ),
+)
+def test_recipe_contract(name, check):
+    check()
+
+
+@pytest.fixture(scope="module")
+def smoke_data():
+    return recipe.load_data(smoke())
+
+
+def test_spans_are_cut_from_the_end_of_every_series(smoke_data):
+    grid, config = smoke_data.grid, smoke()
+    horizon = config.data.horizon
+    assert grid.test_steps == horizon * config.data.test_windows
+    assert grid.validation_steps == horizon * config.data.validation_windows
+    # test origins: one per horizon across the test span, the last ending the series
+    origins = sorted(set(smoke_data.test_rows[:, 1]))
+    assert origins[0] == grid.steps - grid.test_steps
+    assert origins[-1] + horizon == grid.steps
+    assert np.all(np.diff(origins) == horizon)
+    # no training target lies in the validation or test span
+    for rows in smoke_data.train.map(lambda x, y, w: x["past_target"]).take(1):
+        assert rows.shape[1] == config.data.input_length
+
+
+def test_training_windows_never_reach_the_validation_span(smoke_data):
+    from rnnkit_recipes.forecasting.data import window_origins
+
+    config = smoke()
+    grid = smoke_data.grid
+    length = config.data.input_length
+    rows = window_origins(
+        grid, 1, grid.train_end - config.data.horizon, length, config.data.horizon,
+        min_observed=length // 2,
+    )  # fmt: skip
+    assert len(rows) > 0
+    assert (rows[:, 1] + config.data.horizon <= grid.train_end).all()
+    # each reads at least half its input: none starts before half a window in
+    assert rows[:, 1].min() >= length // 2
+    total = sum(int(batch[1].shape[0]) for batch in smoke_data.train)
+    assert total == len(rows)
+
+
+def test_evaluate_scores_a_perfect_forecaster_as_perfect(smoke_data):
+    """A model that knows the future: sMAPE and MASE 0, OWA 0, full coverage; the
+    benchmarks' rows are those of rnnkit's M4 benchmarks on the same windows."""
+    from rnnkit_recipes.forecasting.evaluation import (
+        Forecasts,
+        benchmark_forecasts,
+        history_of,
+        scores,
+    )
+
+    config = smoke()
+    grid, rows = smoke_data.grid, smoke_data.test_rows
+    horizon = config.data.horizon
+    actual = grid.values[rows[:, 0][:, None], rows[:, 1][:, None] + np.arange(horizon)]
+    levels = tuple(sorted(config.model.quantiles))
+    quantiles = np.repeat(actual[..., None], len(levels), axis=-1)
+    histories = [history_of(grid.values[s], o) for s, o in rows]
+    forecasts = Forecasts(
+        rows, actual, histories, quantiles, levels,
+        benchmark_forecasts(histories, horizon, config.data.seasonality),
+    )  # fmt: skip
+    table = scores(forecasts, config.data.seasonality, 0.95)
+    assert list(table)[:1] == ["model"]
+    assert set(table) == {"model", "naive", "seasonal_naive", "naive2"}
+    model = table["model"]
+    assert model["smape"] == model["mase"] == model["owa"] == model["mean_wql"] == 0.0
+    assert model["coverage_95"] == 1.0
+    assert table["naive2"]["owa"] == pytest.approx(1.0)
+    assert table["seasonal_naive"]["smape"] > 0
+
+
+def test_weighted_quantile_loss_and_interval_ends():
+    actual = np.array([[2.0, 4.0]])
+    quantiles = np.array([[[1.0, 2.0], [4.0, 6.0]]])  # levels 0.1 and 0.9
+    # pinball: q=0.1: (0.1*1 + 0) ; q=0.9: (0 + 0.1*2) -> 2 * sum / sum|y| = 2 * x / 6
+    expected = np.mean([2 * 0.1 / 6.0, 2 * 0.2 / 6.0])
+    assert weighted_quantile_loss(actual, quantiles, (0.1, 0.9)) == pytest.approx(
+        expected
+    )
+    assert interval_ends((0.025, 0.5, 0.975), 0.95) == (0, 2)
+    assert interval_ends((0.1, 0.5, 0.9), 0.95) is None
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"model.segment_length": 7},
+            "model.segment_length=7 must divide data.input_length=96",
+        ),
+        ({"model.quantiles": (0.5, 0.5)}, "repeats a level"),
+        ({"data.test_path": "test.csv"}, "set data.path too"),
+    ],
+)
+def test_bad_configurations_are_refused_in_one_line(values, message):
+    with pytest.raises(ConfigError, match=message):
+        recipe.check_config(smoke(**values))
+
+
+def test_a_horizon_longer_than_the_test_file_is_refused():
+    require(M4 / "m4_hourly_train.csv.gz")
+    config = smoke(**{
+        "data.path": str(M4 / "m4_hourly_train.csv.gz"),
+        "data.test_path": str(M4 / "m4_hourly_test.csv.gz"),
+        "data.horizon": 49, "data.test_windows": 1,
+    })  # fmt: skip
+    with pytest.raises(
+        DataError, match="49 test steps, but m4_hourly_test.csv.gz holds 48"
+    ):
+        recipe.load_data(config)
+
+
+def test_series_too_short_for_the_spans_are_left_out_or_refused(tmp_path):
+    import pandas as pd
+
+    rows = [{"id": "long", "target": float(i % 5)} for i in range(300)]
+    rows += [{"id": "short", "target": 1.0} for _ in range(20)]
+    path = tmp_path / "panel.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    data = recipe.load_data(smoke(**{"data.path": str(path), "data.horizon": 12,
+                                     "data.seasonality": 5}))  # fmt: skip
+    assert data.grid.ids == ["long"]
+    with pytest.raises(DataError, match="too short for a test span of 600 steps"):
+        recipe.load_data(smoke(**{"data.path": str(path), "data.horizon": 300}))
+
+
+def test_predict_writes_every_series_and_step_after_its_end(tmp_path):
+    """`rnnkit predict RUN file.csv`: a CSV row per series and step, its time the next
+    ones on the series' grid, one column per quantile in increasing order."""
+    import pandas as pd
+
+    rows = []
+    for series, end in (("a", "2024-01-05 23:00"), ("b", "2024-01-06 05:00")):
+        for index, time in enumerate(pd.date_range(end=end, periods=200, freq="h")):
+            rows.append({"id": series, "time": time, "target": 10 + index % 24})
+    path = tmp_path / "panel.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    config = smoke(**{"data.path": str(path), "data.horizon": 6,
+                      "data.seasonality": 24, "data.test_windows": 1})  # fmt: skip
+    model = recipe.build_model(config, recipe.load_data(config))
+    lines = recipe.predict(model, [str(path)], config)
+    assert lines[0] == "id,step,time,q0.025,q0.1,q0.5,q0.9,q0.975"
+    table = pd.read_csv(pd.io.common.StringIO("\n".join(lines)))
+    assert len(table) == 2 * 6
+    first_b = table[table["id"] == "b"].iloc[0]
+    assert first_b["step"] == 1 and first_b["time"] == "2024-01-06 06:00:00"
+    quantiles = table[[c for c in table.columns if c.startswith("q")]].to_numpy()
+    assert (np.diff(quantiles, axis=1) >= 0).all()
+    shorter = smoke(**{"data.path": str(path), "data.horizon": 5,
+                       "data.seasonality": 24, "data.test_windows": 1})  # fmt: skip
+    with pytest.raises(ConfigError, match="forecasts data.horizon=6"):
+        recipe.predict(model, [str(path)], shorter)

@@ -1,0 +1,220 @@
+"""Reading panels (long and wide files), their grid and windows, and every bad input
+of the forecasting recipe: a one-line DataError or a documented repair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from rnnkit_recipes.forecasting import data as fdata
+
+from rnnkit.errors import DataError
+from tests.shared_data import SHARED_DATA, require
+
+M4 = SHARED_DATA / "forecasting"
+
+
+def long_file(tmp_path, rows, name="panel.csv"):
+    path = tmp_path / name
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def hourly(series="a", start="2024-01-01", count=6, offset=0.0):
+    times = pd.date_range(start, periods=count, freq="h")
+    return [
+        {"id": series, "time": str(t), "target": offset + i, "temp": 10.0 + i}
+        for i, t in enumerate(times)
+    ]
+
+
+def test_long_file_reads_series_times_and_covariates(tmp_path):
+    rows = hourly("a") + hourly("b", start="2024-01-01 02:00", count=3, offset=100)
+    path = long_file(tmp_path, rows[::-1])  # any row order
+    panel = fdata.read_long(path, covariates=("temp",))
+    assert panel.ids == ["b", "a"]  # first appearance in the file
+    a = panel.ids.index("a")
+    np.testing.assert_array_equal(panel.values[a], np.arange(6.0))
+    assert panel.frequency == "h"
+    assert panel.covariates[a].shape == (6, 1)
+    grid = fdata.to_grid(panel, test_steps=1, validation_steps=1)
+    assert grid.values.shape == (2, 6)
+    # right-aligned: b's three values are the last three steps, NaN before
+    b = panel.ids.index("b")
+    assert np.isnan(grid.values[b, :3]).all()
+    np.testing.assert_array_equal(grid.values[b, 3:], [100.0, 101.0, 102.0])
+    # ticks count hours since the epoch, step by step
+    hours = (pd.Timestamp("2024-01-01") - pd.Timestamp(0)) // pd.Timedelta("1h")
+    assert grid.ticks[a, 0] == hours and grid.ticks[a, 5] == hours + 5
+
+
+def test_wide_file_is_read_as_m4(tmp_path):
+    path = tmp_path / "wide.csv"
+    path.write_text('"V1","V2","V3","V4"\n"H1",1,2,3\n"H2",4,5,\n')
+    panel = fdata.load_panel(str(path))
+    assert panel.ids == ["H1", "H2"] and panel.times is None
+    np.testing.assert_array_equal(panel.values[1], [4.0, 5.0])
+
+
+def test_a_missing_time_becomes_a_missing_value(tmp_path):
+    rows = hourly("a", count=6)
+    del rows[2]
+    panel = fdata.read_long(long_file(tmp_path, rows))
+    assert len(panel.values[0]) == 6
+    assert np.isnan(panel.values[0][2])
+    grid = fdata.to_grid(panel, 1, 1)
+    windows = fdata.Windows(grid, 3, 1, (), None, "standard")
+    inputs, targets, weights = windows.arrays(np.array([[0, 3], [0, 2]]))
+    np.testing.assert_array_equal(inputs["past_observed"][0], [1, 1, 0])
+    assert inputs["past_target"][0, 2] == 0.0
+    assert weights[1, 0] == 0.0 and targets[1, 0] == 0.0  # the missing target
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda rows: rows + [rows[1]],
+            "duplicated time\\(s\\), the first 2024-01-01 01:00",
+        ),
+        (
+            lambda rows: rows + [{**rows[0], "time": "2024-01-01 05:30"}],
+            "off its h grid",
+        ),
+        (
+            lambda rows: [
+                {**r, "target": "12,5" if i == 2 else r["target"]}
+                for i, r in enumerate(rows)
+            ],
+            "non-numeric value '12,5' \\(row 4\\)",
+        ),
+        (
+            lambda rows: [
+                {**r, "target": np.inf if i == 1 else r["target"]}
+                for i, r in enumerate(rows)
+            ],
+            "infinite value \\(row 3\\)",
+        ),
+        (
+            lambda rows: [
+                {**r, "time": "yesterday" if i == 0 else r["time"]}
+                for i, r in enumerate(rows)
+            ],
+            "not a time column",
+        ),
+    ],
+    ids=["duplicated-time", "irregular-spacing", "non-numeric", "infinite", "bad-time"],
+)
+def test_bad_long_files_are_one_line_errors(tmp_path, change, message):
+    path = long_file(tmp_path, change(hourly("a")))
+    with pytest.raises(DataError, match=message) as error:
+        fdata.read_long(path)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_columns_and_empty_files_are_named(tmp_path):
+    path = long_file(tmp_path, hourly("a"))
+    with pytest.raises(
+        DataError,
+        match="no target column 'sales' \\(the file has: id, time, target, temp\\); "
+        "set data.target_column",
+    ):
+        fdata.read_long(path, target_column="sales")
+    with pytest.raises(DataError, match="no covariate column 'price'"):
+        fdata.read_long(path, covariates=("price",))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DataError, match="is empty"):
+        fdata.load_panel(str(empty))
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("id,time,target\n")
+    with pytest.raises(DataError, match="holds no rows"):
+        fdata.load_panel(str(header_only))
+    with pytest.raises(DataError, match="no data file at"):
+        fdata.load_panel(str(tmp_path / "missing.csv"))
+
+
+def test_a_series_of_nothing_but_missing_values_is_refused(tmp_path):
+    rows = hourly("a") + [{**r, "target": None} for r in hourly("b")]
+    with pytest.raises(DataError, match="series b holds no target value"):
+        fdata.read_long(long_file(tmp_path, rows))
+
+
+def test_file_without_id_or_time_is_one_series_in_file_order(tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("target\n3\n1\n2\n")
+    panel = fdata.read_long(path)
+    assert panel.ids == ["series"] and panel.times is None
+    np.testing.assert_array_equal(panel.values[0], [3.0, 1.0, 2.0])
+
+
+def test_windows_gather_what_numpy_slicing_gives():
+    rng = np.random.default_rng(0)
+    values = [rng.normal(100, 5, 40), rng.normal(10, 1, 25)]
+    values[0][7] = np.nan
+    panel = fdata.Panel(["x", "y"], values, None, None, None, (), "test")
+    grid = fdata.to_grid(panel, test_steps=4, validation_steps=4)
+    periods = fdata.time_periods(None, 12)
+    windows = fdata.Windows(grid, 8, 4, periods, grid.ids, "mean_abs")
+    rows = fdata.window_origins(grid, 1, grid.train_end - 4, 8, 4)
+    inputs, targets, weights = windows.arrays(rows)
+    for index, (series, origin) in enumerate(rows):
+        padded = np.concatenate([np.full(8, np.nan), grid.values[series]])
+        past = padded[origin : origin + 8]
+        np.testing.assert_allclose(
+            inputs["past_target"][index], np.nan_to_num(past), rtol=1e-6
+        )
+        np.testing.assert_array_equal(inputs["past_observed"][index], ~np.isnan(past))
+        future = grid.values[series, origin : origin + 4]
+        np.testing.assert_allclose(targets[index], np.nan_to_num(future), rtol=1e-6)
+        scale = max(np.nanmean(np.abs(past)), 1e-3 * (np.nanmean(np.abs(past)) + 1))
+        np.testing.assert_allclose(weights[index], ~np.isnan(future) / scale, rtol=1e-5)
+        ticks = grid.ticks[series, 0] + np.arange(origin, origin + 4)
+        np.testing.assert_allclose(
+            inputs["future_time"][index],
+            fdata.fourier_features(ticks, periods),
+            atol=1e-6,
+        )
+        assert inputs["series"][index] == grid.ids[series]
+    # every window reads at least one value and forecasts at least one
+    assert (inputs["past_observed"].sum(1) > 0).all() and (weights > 0).any(1).all()
+    # no training window's forecast reaches the validation span
+    assert (rows[:, 1] + 4 <= grid.train_end).all()
+
+
+def test_calendar_periods_follow_the_frequency():
+    assert fdata.time_periods("30min", 48) == (48.0, 336.0)
+    assert fdata.time_periods("h", 24) == (24.0, 168.0)
+    assert fdata.time_periods("D", 7) == (7.0, 365.25)
+    assert fdata.time_periods(None, 24) == (24.0,)
+    assert fdata.time_periods(None, 1) == ()
+
+
+def test_m4_test_file_is_appended_and_checked(tmp_path):
+    require(M4 / "m4_hourly_train.csv.gz")
+    panel = fdata.load_panel(str(M4 / "m4_hourly_train.csv.gz"))
+    assert len(panel.ids) == 414 and panel.times is None
+    joined, steps = fdata.append_test(panel, M4 / "m4_hourly_test.csv.gz")
+    assert steps == 48
+    assert len(joined.values[0]) == len(panel.values[0]) + 48
+    other = tmp_path / "other.csv"
+    other.write_text('"V1","V2"\n"X1",1\n')
+    with pytest.raises(DataError, match="no test values for 414 series \\(H1, ...\\)"):
+        fdata.append_test(panel, other)
+
+
+def test_seasonal_difference_weights_are_one_over_mases_scale():
+    rng = np.random.default_rng(2)
+    values = [rng.normal(50, 5, 60)]
+    values[0][20] = np.nan
+    panel = fdata.Panel(["x"], values, None, None, None, (), "test")
+    grid = fdata.to_grid(panel, test_steps=5, validation_steps=5)
+    windows = fdata.Windows(grid, 24, 5, (), None, "standard", "seasonal_difference", 7)
+    rows = np.array([[0, 30], [0, 45]])
+    _, _, weights = windows.arrays(rows)
+    for index, (_, origin) in enumerate(rows):
+        past = grid.values[0, origin - 24 : origin]
+        differences = np.abs(past[7:] - past[:-7])  # NaN where either is missing
+        np.testing.assert_allclose(
+            weights[index], 1.0 / np.nanmean(differences), rtol=1e-5
+        )
