@@ -190,3 +190,55 @@ def test_predict_writes_every_series_and_step_after_its_end(tmp_path):
                        "data.seasonality": 24, "data.test_windows": 1})  # fmt: skip
     with pytest.raises(ConfigError, match="forecasts data.horizon=6"):
         recipe.predict(model, [str(path)], shorter)
+
+
+def test_shipped_configs_load_and_default_toml_is_the_defaults():
+    import tomllib
+
+    from tests.config_support import check_shipped_configs
+
+    names = check_shipped_configs(recipe)
+    assert {"default.toml", "smoke.toml", "m4_hourly.toml"} <= set(names)
+    defaults = recipe.Config()
+    written = tomllib.loads(
+        (ROOT / "recipes" / "forecasting" / "configs" / "default.toml").read_text()
+    )
+    for section, values in written.items():
+        for key, value in values.items():
+            value = tuple(value) if isinstance(value, list) else value
+            assert defaults.get(f"{section}.{key}") == value, f"{section}.{key}"
+
+
+def test_the_m4_figures_come_from_the_shipped_m4_config():
+    """The README's M4 command is configs/m4_hourly.toml with only the data files and
+    the seed given, so the file is the configuration the figures came from."""
+    import shlex
+
+    from tests.markdown_examples import shell_commands
+
+    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
+    measured = readme[readme.index("## Measured") :]
+    commands = [c for c in shell_commands(measured.split("```bash")[1].split("```")[0])]
+    assert len(commands) == 1, commands
+    words = shlex.split(commands[0])
+    assert words[:5] == [
+        "rnnkit", "run", "forecasting", "--config",
+        "recipes/forecasting/configs/m4_hourly.toml",
+    ]  # fmt: skip
+    settings = [words[i + 1].split("=")[0] for i, w in enumerate(words) if w == "--set"]
+    assert settings == ["data.path", "data.test_path"]
+    assert "--seed" in words and len(words) == 5 + 2 * len(settings) + 2
+
+
+def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
+    import keras_tuner
+
+    for length, offered in ((96, [1, 12, 24, 48]), (100, [1])):
+        hp = keras_tuner.HyperParameters()
+        drawn = recipe.search_space(hp, smoke(**{"data.input_length": length}))
+        recipe.check_config(drawn)
+        assert hp.get("segment_length") in offered
+        choice = next(p for p in hp.space if p.name == "segment_length")
+        assert list(choice.values) == offered
+    names = {p.name for p in hp.space}
+    assert {"cell_type", "units", "segment_length", "decoder", "learning_rate"} <= names
