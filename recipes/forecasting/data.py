@@ -230,8 +230,15 @@ def read_long(
     times = None
     if has_time:
         column = _column(frame, time_column, "time", path, "data.time_column")
+        if pd.api.types.is_numeric_dtype(frame[column]):
+            raise DataError(
+                f"{path}: column {column!r} holds numbers, not times; give dates or "
+                "times, or rename the column to read the rows as consecutive steps"
+            )
         try:
-            times = pd.to_datetime(frame[column], format="mixed")
+            # A time with a zone is read in UTC (daylight saving gives one file two
+            # offsets); a time without one is kept as written.
+            times = pd.to_datetime(frame[column], format="mixed", utc=True)
         except (ValueError, TypeError) as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise DataError(
@@ -243,8 +250,7 @@ def read_long(
             raise DataError(
                 f"{path}: column {column!r} has an empty time (row {row + 2})"
             )
-        if getattr(times.dt, "tz", None) is not None:
-            times = times.dt.tz_convert(None)
+        times = times.dt.tz_convert(None)
     frame = frame.assign(_id=ids.to_numpy())
     if times is not None:
         frame = frame.assign(_time=times.to_numpy())
@@ -504,18 +510,51 @@ def _first_tick(panel: Panel, index: int) -> int:
         return 0
     first = panel.times[index][0]
     step = pd.tseries.frequencies.to_offset(panel.frequency)
-    try:
-        width = pd.Timedelta(step)
-    except ValueError:  # months, years: calendar steps of varying length
+    width = step_width(step)
+    if width is None:  # months, quarters, years: calendar steps of varying length
         return _calendar_ticks(first, step)
     return int((first - pd.Timestamp(0)) // width)
 
 
-def _calendar_ticks(first, step) -> int:
-    """Months since the epoch (monthly, quarterly and yearly data)."""
-    return int(first.year * 12 + first.month - 1 - 1970 * 12) // max(
-        1, {"Q": 3, "Y": 12, "A": 12}.get(step.name[0], 1)
+def step_width(step):
+    """The fixed length of a pandas offset (a week is seven days), or None for the
+    calendar's steps of varying length (months, quarters, years). Business days
+    and other steps that skip time are refused."""
+    import pandas as pd
+
+    if isinstance(step, pd.offsets.Week):
+        return pd.Timedelta(days=7 * step.n)
+    try:
+        return pd.Timedelta(step)
+    except ValueError:
+        pass
+    if _months_per_step(step) is not None:
+        return None
+    raise DataError(
+        f"a spacing of {step.freqstr} skips time (business days or hours); give "
+        "the data on a regular calendar grid (data.frequency=D or h), where the "
+        "skipped steps are missing values"
     )
+
+
+def _months_per_step(step) -> int | None:
+    """Months per step of a monthly, quarterly or yearly offset, else None."""
+    import pandas as pd
+
+    for kinds, months in (
+        ((pd.offsets.MonthEnd, pd.offsets.MonthBegin), 1),
+        ((pd.offsets.QuarterEnd, pd.offsets.QuarterBegin), 3),
+        ((pd.offsets.YearEnd, pd.offsets.YearBegin), 12),
+    ):
+        if isinstance(step, kinds):
+            return months * step.n
+    return None
+
+
+def _calendar_ticks(first, step) -> int:
+    """Steps since the epoch of monthly, quarterly and yearly data."""
+    months = first.year * 12 + first.month - 1 - 1970 * 12
+    return int(months // _months_per_step(step))
 
 
 def time_periods(frequency: str | None, seasonality: int) -> tuple[float, ...]:
@@ -527,10 +566,9 @@ def time_periods(frequency: str | None, seasonality: int) -> tuple[float, ...]:
     if frequency is None:
         return (float(seasonality),) if seasonality > 1 else ()
     step = pd.tseries.frequencies.to_offset(frequency)
-    try:
-        width = pd.Timedelta(step)
-    except ValueError:
-        per_year = {"Q": 4, "Y": 1, "A": 1}.get(step.name[0], 12)
+    width = step_width(step)
+    if width is None:
+        per_year = 12 / _months_per_step(step)
         return (float(per_year),) if per_year > 1 else ()
     day, week, year = pd.Timedelta("1D"), pd.Timedelta("7D"), pd.Timedelta("365.25D")
     if width < day:
@@ -604,8 +642,8 @@ def _seasonal_difference(values, observed, seasonality: int):
 
 class Windows:
     """Batches of (inputs, targets, weights) for (series, origin) rows of a grid,
-    gathered by TensorFlow from the grid itself: memory holds the grid once, never a
-    copy per window, however many windows an epoch reads.
+    gathered by TensorFlow from the padded grid, never a copy per window: memory
+    grows with the panel, not with the windows an epoch reads.
 
     inputs: the model's (`rnnkit.models.forecaster`): past_target and past_observed
     (batch, L), past_covariates (batch, L, C), past_time and future_time (batch, L or
@@ -648,6 +686,29 @@ class Windows:
             ).astype(np.float32)
         self.first_tick = grid.ticks[:, 0].astype(np.int64)
         self.series_ids = None if series_ids is None else [str(i) for i in series_ids]
+        self._tensors = None
+
+    def _constants(self):
+        """The grid's tensors, made once, eagerly (the map functions capture them)."""
+        import tensorflow as tf
+
+        if self._tensors is None:
+            with tf.init_scope():  # eager even when first asked inside a trace
+                self._tensors = self._make_constants()
+        return self._tensors
+
+    def _make_constants(self) -> dict:
+        import tensorflow as tf
+
+        tensors = {
+            "values": tf.constant(self.values),
+            "first_tick": tf.constant(self.first_tick),
+        }
+        if self.covariates is not None:
+            tensors["covariates"] = tf.constant(self.covariates)
+        if self.series_ids is not None:
+            tensors["series_ids"] = tf.constant(self.series_ids)
+        return tensors
 
     def batch(self, rows):
         """The (inputs, targets, weights) of int64 rows (batch, 2), as tensors."""
@@ -662,7 +723,8 @@ class Windows:
             + self.input_length
             + tf.range(self.horizon, dtype=tf.int64)[None]
         )
-        values = tf.constant(self.values)
+        constants = self._constants()
+        values = constants["values"]
 
         def take(table, steps):
             index = tf.stack(
@@ -675,16 +737,16 @@ class Windows:
         past_target = tf.where(tf.math.is_nan(past_values), 0.0, past_values)
         inputs = {"past_target": past_target, "past_observed": observed}
         if self.covariates is not None:
-            covariates = take(tf.constant(self.covariates), past)
+            covariates = take(constants["covariates"], past)
             inputs["past_covariates"] = tf.where(
                 tf.math.is_nan(covariates), 0.0, covariates
             )
         if self.periods:
-            first = tf.gather(tf.constant(self.first_tick), series)[:, None]
+            first = tf.gather(constants["first_tick"], series)[:, None]
             inputs["past_time"] = self._fourier(first + past - self.input_length)
             inputs["future_time"] = self._fourier(first + future - self.input_length)
         if self.series_ids is not None:
-            inputs["series"] = tf.gather(tf.constant(self.series_ids), series)
+            inputs["series"] = tf.gather(constants["series_ids"], series)
         future_values = take(values, future)
         seen = ~tf.math.is_nan(future_values)
         targets = tf.where(seen, future_values, 0.0)

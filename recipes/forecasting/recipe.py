@@ -176,6 +176,16 @@ def _check(config: ForecastingConfig) -> None:
         raise ConfigError(
             f"model.quantiles={quantiles} repeats a level; give each once"
         )
+    from rnnkit_recipes.forecasting.evaluation import interval_ends
+
+    interval = config.evaluation.interval
+    if interval_ends(tuple(sorted(quantiles)), interval) is None:
+        low, high = (1 - interval) / 2, (1 + interval) / 2
+        raise ConfigError(
+            f"model.quantiles={quantiles} lacks {low:g} or {high:g}, the ends of "
+            f"evaluation.interval={interval:g} (scored by MSIS and coverage); add "
+            "them, or set evaluation.interval to the span of two of the quantiles"
+        )
     if m.architecture == "linear" and d.covariates:
         raise ConfigError(
             "model.architecture=linear reads the target alone; drop data.covariates "
@@ -275,6 +285,14 @@ def load(config: ForecastingConfig) -> ForecastingData:
             else [panel.covariates[i] for i in keep],
         )
     grid = to_grid(panel, test_steps, validation_steps)
+    if grid.last_times is not None and len(set(grid.last_times)) > 1:
+        import logging
+
+        logging.getLogger("rnnkit").warning(
+            "the series end at different times (%s to %s): each one's test span is "
+            "its own last %d steps, not one common date", min(grid.last_times),
+            max(grid.last_times), test_steps,
+        )  # fmt: skip
     recurrent = config.model.architecture == "recurrent"  # linear: the target only
     calendar = d.calendar and recurrent
     periods = time_periods(grid.frequency, d.seasonality) if calendar else ()

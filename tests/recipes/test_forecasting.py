@@ -55,9 +55,10 @@ def test_spans_are_cut_from_the_end_of_every_series(smoke_data):
     assert origins[0] == grid.steps - grid.test_steps
     assert origins[-1] + horizon == grid.steps
     assert np.all(np.diff(origins) == horizon)
-    # no training target lies in the validation or test span
-    for rows in smoke_data.train.map(lambda x, y, w: x["past_target"]).take(1):
-        assert rows.shape[1] == config.data.input_length
+    # the training batches read input_length steps and forecast a horizon
+    for x, y, w in smoke_data.train.take(1):
+        assert x["past_target"].shape[1] == config.data.input_length
+        assert y.shape[1] == w.shape[1] == horizon
 
 
 def test_training_windows_never_reach_the_validation_span(smoke_data):
@@ -130,6 +131,7 @@ def test_weighted_quantile_loss_and_interval_ends():
         ),
         ({"model.quantiles": (0.5, 0.5)}, "repeats a level"),
         ({"data.test_path": "test.csv"}, "set data.path too"),
+        ({"model.quantiles": (0.1, 0.5, 0.9)}, "lacks 0.025 or 0.975, the ends of"),
     ],
 )
 def test_bad_configurations_are_refused_in_one_line(values, message):

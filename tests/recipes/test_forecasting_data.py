@@ -186,8 +186,44 @@ def test_calendar_periods_follow_the_frequency():
     assert fdata.time_periods("30min", 48) == (48.0, 336.0)
     assert fdata.time_periods("h", 24) == (24.0, 168.0)
     assert fdata.time_periods("D", 7) == (7.0, 365.25)
+    assert fdata.time_periods("W-SUN", 52) == (365.25 / 7,)
+    assert fdata.time_periods("ME", 12) == (12.0,)
+    assert fdata.time_periods("QE", 4) == (4.0,)
     assert fdata.time_periods(None, 24) == (24.0,)
     assert fdata.time_periods(None, 1) == ()
+    with pytest.raises(DataError, match="spacing of B skips time"):
+        fdata.time_periods("B", 5)
+
+
+def test_weekly_ticks_count_weeks_and_quarterly_ticks_count_quarters():
+    for frequency, first, expected in (
+        (
+            "W-SUN",
+            "2024-01-07",
+            (pd.Timestamp("2024-01-07") - pd.Timestamp(0)).days // 7,
+        ),
+        ("QE-DEC", "2024-03-31", (2024 - 1970) * 4),
+    ):
+        times = pd.date_range(first, periods=3, freq=frequency)
+        panel = fdata.Panel(["a"], [np.ones(3)], [times], frequency, None, (), "t")
+        grid = fdata.to_grid(panel, 1, 1)
+        np.testing.assert_array_equal(grid.ticks[0], expected + np.arange(3))
+
+
+def test_times_with_zones_are_read_in_utc_and_numbers_are_not_times(tmp_path):
+    rows = [
+        {"time": "2024-03-31 00:00+01:00", "target": 1.0},
+        {"time": "2024-03-31 01:00+01:00", "target": 2.0},
+        {"time": "2024-03-31 03:00+02:00", "target": 3.0},  # daylight saving
+    ]
+    panel = fdata.read_long(long_file(tmp_path, rows))
+    assert list(panel.times[0].strftime("%H:%M")) == ["23:00", "00:00", "01:00"]
+    np.testing.assert_array_equal(panel.values[0], [1.0, 2.0, 3.0])
+    numbered = long_file(
+        tmp_path, [{"time": i, "target": 1.0} for i in range(3)], "n.csv"
+    )
+    with pytest.raises(DataError, match="holds numbers, not times"):
+        fdata.read_long(numbered)
 
 
 def test_m4_test_file_is_appended_and_checked(tmp_path):
