@@ -610,19 +610,6 @@ def window_origins(
     return np.stack([series, origins[index]], axis=1).astype(np.int64)
 
 
-def fourier_features(ticks: np.ndarray, periods: tuple[float, ...]) -> np.ndarray:
-    """sin and cos of 2 pi tick / period for each period: (..., 2 len(periods))
-    float32, computed in float64 on the tick modulo the period so that large ticks
-    keep their phase."""
-    columns = []
-    for period in periods:
-        phase = 2.0 * np.pi * np.mod(ticks.astype(np.float64), period) / period
-        columns += [np.sin(phase), np.cos(phase)]
-    if not columns:
-        return np.zeros((*ticks.shape, 0), dtype=np.float32)
-    return np.stack(columns, axis=-1).astype(np.float32)
-
-
 def _seasonal_difference(values, observed, seasonality: int):
     """(batch, 1): the mean |y_t - y_{t-m}| over a window's observed pairs (MASE's
     scale, m the seasonality; the last step's lag if the window is shorter), floored

@@ -24,7 +24,6 @@ from rnnkit.recipe import Metrics, Recipe, RecipeData
 if TYPE_CHECKING:
     import keras
     import keras_tuner
-    import numpy as np
 
 
 @dataclasses.dataclass
@@ -38,6 +37,9 @@ class ForecastingData(RecipeData):
     validation_rows: Any = None
     periods: tuple[float, ...] = ()
     source: str = ""
+    # {split: (histories, benchmark forecasts)}: they depend on the data alone, so
+    # evaluate and write_plots compute them (Naive2's decompositions) once.
+    benchmarks: dict = dataclasses.field(default_factory=dict)
 
 
 class ForecastingRecipe(Recipe):
@@ -348,6 +350,7 @@ def test_forecasts(
 ):
     """The model's and the benchmarks' forecasts of every window of `split` ("test",
     or "validation" to compare configurations)."""
+    import numpy as np
     from rnnkit_recipes.forecasting.evaluation import (
         Forecasts,
         benchmark_forecasts,
@@ -359,22 +362,23 @@ def test_forecasts(
     inputs, _, _ = data.windows.arrays(rows)
     quantiles = model.predict(inputs, batch_size=config.train.batch_size, verbose=0)
     horizon = config.data.horizon
-    actual = grid.values[rows[:, 0][:, None], rows[:, 1][:, None] + _steps(horizon)]
-    histories = [history_of(grid.values[s], o) for s, o in rows]
+    steps = rows[:, 1][:, None] + np.arange(horizon)
+    actual = grid.values[rows[:, 0][:, None], steps]
+    if split not in data.benchmarks:
+        histories = [history_of(grid.values[s], o) for s, o in rows]
+        data.benchmarks[split] = (
+            histories,
+            benchmark_forecasts(histories, horizon, config.data.seasonality),
+        )
+    histories, baselines = data.benchmarks[split]
     return Forecasts(
         rows=rows,
         actual=actual,
         histories=histories,
         quantiles=quantiles.astype("float64"),
         levels=tuple(sorted(config.model.quantiles)),
-        baselines=benchmark_forecasts(histories, horizon, config.data.seasonality),
+        baselines=baselines,
     )
-
-
-def _steps(horizon: int) -> np.ndarray:
-    import numpy as np
-
-    return np.arange(horizon)
 
 
 def forecast_lines(

@@ -14,6 +14,18 @@ from tests.shared_data import SHARED_DATA, require
 M4 = SHARED_DATA / "forecasting"
 
 
+def fourier_features(ticks: np.ndarray, periods: tuple[float, ...]) -> np.ndarray:
+    """The reference of Windows' calendar terms: sin and cos of 2 pi tick / period
+    for each period, (..., 2 len(periods)), in float64 on the tick modulo the period."""
+    columns = []
+    for period in periods:
+        phase = 2.0 * np.pi * np.mod(ticks.astype(np.float64), period) / period
+        columns += [np.sin(phase), np.cos(phase)]
+    if not columns:
+        return np.zeros((*ticks.shape, 0), dtype=np.float32)
+    return np.stack(columns, axis=-1).astype(np.float32)
+
+
 def long_file(tmp_path, rows, name="panel.csv"):
     path = tmp_path / name
     pd.DataFrame(rows).to_csv(path, index=False)
@@ -172,7 +184,7 @@ def test_windows_gather_what_numpy_slicing_gives():
         ticks = grid.ticks[series, 0] + np.arange(origin, origin + 4)
         np.testing.assert_allclose(
             inputs["future_time"][index],
-            fdata.fourier_features(ticks, periods),
+            fourier_features(ticks, periods),
             atol=1e-6,
         )
         assert inputs["series"][index] == grid.ids[series]
