@@ -8,9 +8,19 @@ last would run alone at the end while the other workers wait.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+# One thread per operation inside each test worker (and the processes it starts):
+# pytest-xdist runs a worker per core, and two workers each spreading every matmul
+# over both cores spent a seventh of the suite's CPU time contending for them
+# (measured on the 2-core Xeon). Inter-op threads are left alone: recipe runs keep
+# the batch-sharded path they take on a 2-core machine. Set before any test module
+# imports TensorFlow; a value the caller exported wins.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Tests (node-id prefixes: a test, a file or a folder) that hold the suite's longest
 # tests (a quarter of a minute to three minutes each on a 2-core CPU), handed out first

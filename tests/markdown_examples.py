@@ -14,12 +14,12 @@ import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests import preloaded
 
 ROOT = Path(__file__).resolve().parents[1]
 # pymdownx.snippets: a line `--8<-- "path"` stands for the file at path (from the root).
@@ -51,12 +51,9 @@ def run_python(sources: str | list[str], folder: Path) -> None:
         "    code = compile(source, f'<block {number}>', 'exec')\n"
         "    exec(code, {'__name__': '__main__'})\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", driver],
+    result = preloaded.run(
+        ["-c", driver],
         cwd=folder,
-        capture_output=True,
-        text=True,
-        check=False,
         # Caches (captioning features, downloads) go to the scratch folder, never home.
         env={
             **os.environ,
@@ -134,9 +131,7 @@ def run_shell_block(block: str, workdir: Path, monkeypatch) -> None:
             result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
             assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
         elif words[0] == "python":
-            completed = subprocess.run(
-                [sys.executable, *words[1:]], capture_output=True, text=True
-            )
+            completed = preloaded.run(words[1:])
             assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
         else:
             pytest.fail(f"a command this test cannot run: {command}")

@@ -1,5 +1,5 @@
-"""`rnnkit` commands in subprocesses with hard deadlines (distributed training and
-search).
+"""`rnnkit` commands in processes of their own with hard deadlines (distributed
+training and search), forked from a preloaded interpreter (tests/preloaded.py).
 
 Every process started here is killed with SIGKILL (its whole process group) when its
 `processes` block ends: a process stuck in gRPC must not outlive its test.
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import preloaded
 
 
 def free_port() -> int:
@@ -35,15 +35,15 @@ class Processes:
 
     def start(self, name: str, *args: str) -> subprocess.Popen:
         log = self.folder / f"{name}.log"
-        with log.open("w") as output:
-            process = subprocess.Popen(
-                [sys.executable, "-c", "from rnnkit.cli import main; main()", *args],
-                cwd=self.folder,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                start_new_session=True,
-            )
+        log.write_text("")
+        process = preloaded.Popen(
+            ["-c", "from rnnkit.cli import main; main()", *args],
+            cwd=self.folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            start_new_session=True,
+        )
         self.started.append((process, log))
         return process
 
@@ -59,8 +59,7 @@ class Processes:
     def kill_all(self) -> None:
         for process, _ in self.started:
             if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                process.kill()  # its process group
             process.wait()
 
 

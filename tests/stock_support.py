@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from tests import preloaded
 from tests.shared_data import require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +54,9 @@ def write_sp500_slice(path: Path) -> Path:
 def run_rnnkit(*args: str, cwd: Path | None = None, env: dict | None = None):
     """`rnnkit ARGS` in a fresh process (the installed console script's entry point)."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", "from rnnkit.cli import main; main()", *args],
+    return preloaded.run(
+        ["-c", "from rnnkit.cli import main; main()", *args],
         cwd=cwd,
         env=full_env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )

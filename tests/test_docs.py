@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import preloaded
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -263,11 +265,9 @@ def test_make_images_draws_every_picture(tmp_path):
     import numpy as np
     from PIL import Image
 
-    result = subprocess.run(
-        [sys.executable, "docs/make_images.py", "--small", "--output", str(tmp_path)],
+    result = preloaded.run(
+        ["docs/make_images.py", "--small", "--output", str(tmp_path)],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         env={**os.environ, "MPLBACKEND": "Agg"},
         timeout=600,
     )

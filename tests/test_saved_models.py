@@ -1,11 +1,11 @@
 """`.keras` files saved by an earlier rnnkit load and predict the same."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import preloaded
 
 FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
 FAMILIES = ("stock", "sentiment", "translation", "language_model", "captioning")
@@ -37,9 +37,9 @@ print(json.dumps(errors))
 
 @pytest.fixture(scope="module")
 def differences():
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT.replace("{FIXTURES}", str(FIXTURES)), *FAMILIES],
-        capture_output=True, text=True, cwd=FIXTURES.parents[2], timeout=600,
+    result = preloaded.run(
+        ["-c", SCRIPT.replace("{FIXTURES}", str(FIXTURES)), *FAMILIES],
+        cwd=FIXTURES.parents[2], timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -264,16 +264,9 @@ for devices in (["/cpu:0", "/cpu:1"], ["/cpu:0"]):
 @TF_ONLY
 def test_the_replicas_of_a_strategy_on_this_machine_share_the_threads():
     """Two replicas over this machine's CPUs run two loops side by side already."""
-    import subprocess
-    import sys
+    from tests import preloaded
 
-    result = subprocess.run(
-        [sys.executable, "-c", MIRRORED],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = preloaded.run(["-c", MIRRORED], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     paths = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     assert _shards_named(paths["2"]) == 1, paths["2"]

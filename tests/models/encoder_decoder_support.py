@@ -4,12 +4,12 @@ check that a saved `.keras` file reloads in a fresh process with its outputs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import keras
 import numpy as np
+
+from tests import preloaded
 
 SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 0, 0, 0]])
 TARGET_IN = np.array([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
@@ -37,7 +37,7 @@ def assert_reloads_in_a_fresh_process(model, tmp_path) -> None:
         np.save({str(tmp_path / "logits.npy")!r}, keras.ops.convert_to_numpy(logits))
         """
     )
-    subprocess.run([sys.executable, "-c", script], check=True)
+    preloaded.run(["-c", script], check=True)
     np.testing.assert_allclose(
         np.load(tmp_path / "logits.npy"), logits_of(model), atol=1e-6
     )

@@ -4,8 +4,6 @@ rnnkit.decoding against a step-by-step reference, and reload in a fresh process.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -19,6 +17,7 @@ from rnnkit.models.image_captioner import (
     ImageCaptioner,
     TokenCrossEntropy,
 )
+from tests import preloaded
 
 VOCABULARY = ["", "<unk>", "<start>", "<end>", *(f"w{i}" for i in range(16))]
 FEATURES = np.random.default_rng(0).normal(size=(3, 4, 6)).astype("float32")
@@ -203,6 +202,8 @@ def test_reloads_in_safe_mode_in_a_fresh_process(tmp_path):
     np.save(tmp_path / "expected.npy", ops.convert_to_numpy(model(inputs)))
     script = f"""
 import numpy as np, keras, rnnkit.models
+
+from tests import preloaded
 model = keras.saving.load_model({str(path)!r}, safe_mode=True)
 inputs = dict(np.load({str(tmp_path / "inputs.npz")!r}))
 np.testing.assert_allclose(
@@ -211,11 +212,8 @@ np.testing.assert_allclose(
 assert model.tokens == {VOCABULARY!r} and model.dropout == 0.2
 print("reloaded")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    result = preloaded.run(
+        ["-c", script], env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "reloaded" in result.stdout

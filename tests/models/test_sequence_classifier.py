@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -13,6 +11,7 @@ import tensorflow as tf
 
 from rnnkit.data.text import clean_text
 from rnnkit.models import sequence_classifier as sc
+from tests import preloaded
 from tests.sentiment_support import imdb_sample
 
 
@@ -219,12 +218,7 @@ def test_save_and_reload_in_safe_mode_in_a_fresh_process(vectorizer, reviews, tm
         "print(json.dumps([class_names_of(model), "
         "class_probabilities(model, texts, verbose=0).tolist()]))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(path), json.dumps(texts)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = preloaded.run(["-c", script, str(path), json.dumps(texts)], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     names, probabilities = json.loads(result.stdout.strip().splitlines()[-1])
     assert names == ["negative", "positive"]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from rnnkit.models.sequence_regressor import build_sequence_regressor
+from tests import preloaded
 
 
 @pytest.mark.parametrize("cell_type", ["lstm", "gru"])
@@ -82,7 +80,5 @@ def test_reloads_in_safe_mode_in_a_fresh_process(tmp_path):
         "expected = np.load(folder + '/expected.npy')\n"
         "np.testing.assert_allclose(out, expected, atol=1e-6)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True
-    )
+    result = preloaded.run(["-c", code, str(tmp_path)])
     assert result.returncode == 0, result.stderr[-2000:]

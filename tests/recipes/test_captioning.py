@@ -8,8 +8,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import zipfile
 
 import keras
@@ -25,6 +23,7 @@ from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
 
 from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, DataError
+from tests import preloaded
 from tests.cli_support import error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
@@ -470,10 +469,10 @@ def test_predict_captions_image_files_and_folders(smoke_run, tmp_path):
     with zipfile.ZipFile(IMAGE_ZIP) as archive:
         for name in names:
             (tmp_path / name).write_bytes(archive.read(f"flickr8k_images_256/{name}"))
-    result = subprocess.run(
-        [sys.executable, "-c", "from rnnkit.cli import main; main()", "predict",
+    result = preloaded.run(
+        ["-c", "from rnnkit.cli import main; main()", "predict",
          str(run_dir), "--beam", "3", "--n-best=2", str(tmp_path)],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()

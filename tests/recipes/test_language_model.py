@@ -9,8 +9,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -28,6 +26,7 @@ from rnnkit_recipes.language_model.recipe import (
 from rnnkit import config as config_lib
 from rnnkit.data.token_stream import stream_batches
 from rnnkit.training import runner
+from tests import preloaded
 from tests.cli_support import error_line, invoke
 from tests.shared_data import require
 from tests.stock_support import ROOT
@@ -301,11 +300,11 @@ def test_predict_samples_reproducibly(smoke_run):
     greedy = sample(**{"evaluation.temperature": 0.0})
     assert sample(**{"evaluation.top_k": 1, "evaluation.seed": 9}) == greedy
     # The command, in a fresh process, with the recipe's sampling options.
-    result = subprocess.run(
-        [sys.executable, "-c", "from rnnkit.cli import main; main()", "predict",
+    result = preloaded.run(
+        ["-c", "from rnnkit.cli import main; main()", "predict",
          str(smoke_run), "the time traveller", "--length", "40", "--temperature",
          "0.8", "--top-k", "10", "--seed", "5"],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.rstrip("\n") == first

@@ -19,6 +19,7 @@ from rnnkit_recipes.sentiment.recipe import SentimentConfig, SentimentRecipe
 from rnnkit import config as config_lib
 from rnnkit.cli import main
 from rnnkit.errors import ConfigError, DataError
+from tests import preloaded
 from tests.sentiment_support import (
     ROOT,
     SENTIMENT_DATA,
@@ -117,10 +118,10 @@ def test_predict_after_reloading_prints_label_and_probability(smoke_run, tmp_pat
 
 def test_predict_in_a_fresh_process(smoke_run):
     run_dir, _ = smoke_run
-    result = subprocess.run(
-        [sys.executable, "-c", "from rnnkit.cli import main; main()",
+    result = preloaded.run(
+        ["-c", "from rnnkit.cli import main; main()",
          "predict", str(run_dir), "<br />the worst film i have ever seen"],
-        capture_output=True, text=True, timeout=300,
+        timeout=300,
         env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

@@ -7,8 +7,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import unicodedata
 import zipfile
 
@@ -25,6 +23,7 @@ from rnnkit.data.parallel_text import (
     tokenize,
 )
 from rnnkit.training import runner
+from tests import preloaded
 from tests.cli_support import error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
@@ -190,10 +189,10 @@ def test_predict_command_prints_n_best_lists(smoke_run, tmp_path):
     run_dir, _ = smoke_run
     sentences = tmp_path / "sentences.de"
     sentences.write_text("Ein Hund rennt.\nEine Frau liest ein Buch.\n", "utf-8")
-    result = subprocess.run(
-        [sys.executable, "-c", "from rnnkit.cli import main; main()", "predict",
+    result = preloaded.run(
+        ["-c", "from rnnkit.cli import main; main()", "predict",
          str(run_dir), "--beam", "4", "--n-best=3", str(sentences)],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()

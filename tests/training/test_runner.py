@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from rnnkit.errors import ConfigError, DataError, RnnkitError, TrainingError
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
 from rnnkit.training import runner
 from rnnkit.training.run_dir import CLAIM_FILE
+from tests import preloaded
 from tests.stock_support import ROOT
 
 
@@ -171,11 +171,8 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 def run_on_two_cpus(script: str, run_dir) -> subprocess.CompletedProcess:
     """`script` after TWO_CPUS in a fresh interpreter; asserts that it exits 0."""
-    result = subprocess.run(
-        [sys.executable, "-c", TWO_CPUS + script, str(run_dir), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = preloaded.run(
+        ["-c", TWO_CPUS + script, str(run_dir), str(ROOT)], timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result

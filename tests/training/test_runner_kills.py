@@ -13,12 +13,11 @@ import itertools
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from rnnkit.training import runner
+from tests import preloaded
 from tests.cli.support import invoke
 from tests.stock_support import ROOT, SMOKE_CONFIG
 from tests.training.kill_launcher import KILL_POINTS
@@ -40,13 +39,10 @@ CASES = [
 def _killed_run(tmp_path, point: str, name: str):
     run_dir = tmp_path / "run"
     arguments = ["--config", str(SMOKE_CONFIG), "--run-dir", str(run_dir)]
-    killed = subprocess.run(
-        [sys.executable, "-m", "tests.training.kill_launcher", point, name]
-        + ["run", "stock", *arguments],
+    killed = preloaded.run(
+        ["-m", "tests.training.kill_launcher", point, name, "run", "stock", *arguments],
         cwd=ROOT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     return run_dir, killed
