@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,9 +15,11 @@ from tests import preloaded
 
 REPORT = (
     "import json, os, sys\n"
-    "print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'cwd': os.getcwd(),\n"
+    "print(json.dumps({'argv': sys.argv, 'path0': sys.path[0],\n"
+    "    'cwd': os.getcwd(),\n"
     "    'marker': os.environ.get('PRELOADED_MARKER'),\n"
-    "    'rnnkit': 'rnnkit' in sys.modules, 'tensorflow': 'tensorflow' in sys.modules,\n"
+    "    'rnnkit': 'rnnkit' in sys.modules,\n"
+    "    'tensorflow': 'tensorflow' in sys.modules,\n"
     "    'session': os.getsid(0) == os.getpid()}))\n"
     "print('to stderr', file=sys.stderr)\n"
     "sys.exit(int(sys.argv[1]))\n"
@@ -61,6 +64,9 @@ def test_new_session_signals_and_uncaught_errors():
         ["-c", "import time; time.sleep(60)"], start_new_session=True
     )
     try:
+        deadline = time.monotonic() + 30  # the forked process calls setsid first
+        while os.getsid(process.pid) != process.pid and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert os.getsid(process.pid) == process.pid
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(0.2)
