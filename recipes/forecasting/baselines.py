@@ -9,6 +9,13 @@ Makridakis, Spiliotis & Assimakopoulos (2018, 2020) and the organisers' R code
   series is adjusted only when the 90 % autocorrelation test at its seasonal lag says
   it is seasonal (`seasonality_test`); the adjustment is classical multiplicative
   decomposition (R's `decompose`, here statsmodels' `seasonal_decompose`).
+- SES, Holt and Damped: exponential smoothing (ETS(A,N,N), ETS(A,A,N), ETS(A,Ad,N),
+  R's `ses` and `holt`, here statsmodels' `SimpleExpSmoothing` and `Holt` fitted by
+  least squares, the likelihood of these additive models) of the adjusted series,
+  re-seasonalised; Comb, the mean of the three.
+- Theta: the classic Theta method (Assimakopoulos & Nikolopoulos 2000) as the
+  organisers' `Theta.classic` computes it: the mean of the linear trend line and SES
+  of the theta = 2 line, of the adjusted series, re-seasonalised, negatives set to 0.
 
 Naive2 is the yardstick of the competition's OWA (`rnnkit.metrics.owa`).
 """
@@ -97,10 +104,104 @@ def naive2(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
     return naive(adjusted, horizon) * np.resize(indices[-seasonality:], horizon)
 
 
+def _adjusted(history: np.ndarray, seasonality: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seasonally adjusted series (Naive2's adjustment) and the last season's
+    indices; no adjustment for a series shorter than a season or not positive (the
+    organisers' data is positive)."""
+    values = np.asarray(history, dtype=np.float64)
+    if len(values) < seasonality or np.any(values <= 0):
+        return values, np.ones(max(seasonality, 1))
+    indices = seasonal_indices(values, seasonality)
+    return values / indices, indices[-seasonality:]
+
+
+def _smoothed(model):
+    """Fits a statsmodels exponential-smoothing model quietly (its optimiser warns
+    on flat series) and returns the fitted results."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.fit()
+
+
+def _ses_forecast(values: np.ndarray, horizon: int) -> np.ndarray:
+    from statsmodels.tsa.holtwinters import SimpleExpSmoothing
+
+    if len(values) < 2 or np.ptp(values) == 0:
+        return naive(values, horizon)
+    model = SimpleExpSmoothing(values, initialization_method="estimated")
+    return np.asarray(_smoothed(model).forecast(horizon), dtype=np.float64)
+
+
+def _holt_forecast(values: np.ndarray, horizon: int, damped: bool) -> np.ndarray:
+    from statsmodels.tsa.holtwinters import Holt
+
+    if len(values) < 4 or np.ptp(values) == 0:
+        return naive(values, horizon)
+    model = Holt(values, damped_trend=damped, initialization_method="estimated")
+    return np.asarray(_smoothed(model).forecast(horizon), dtype=np.float64)
+
+
+def _reseasonalised(forecast: np.ndarray, indices: np.ndarray, horizon: int):
+    return forecast * np.resize(indices, horizon)
+
+
+def ses(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The M4's SES: simple exponential smoothing of the adjusted series."""
+    values, indices = _adjusted(history, seasonality)
+    return _reseasonalised(_ses_forecast(values, horizon), indices, horizon)
+
+
+def holt(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The M4's Holt: linear-trend exponential smoothing of the adjusted series."""
+    values, indices = _adjusted(history, seasonality)
+    return _reseasonalised(_holt_forecast(values, horizon, False), indices, horizon)
+
+
+def damped(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The M4's Damped: damped-trend exponential smoothing of the adjusted series."""
+    values, indices = _adjusted(history, seasonality)
+    return _reseasonalised(_holt_forecast(values, horizon, True), indices, horizon)
+
+
+def comb(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The M4's Comb: the mean of SES, Holt and Damped."""
+    values, indices = _adjusted(history, seasonality)
+    mean = (
+        _ses_forecast(values, horizon)
+        + _holt_forecast(values, horizon, False)
+        + _holt_forecast(values, horizon, True)
+    ) / 3.0
+    return _reseasonalised(mean, indices, horizon)
+
+
+def theta(history: np.ndarray, horizon: int, seasonality: int) -> np.ndarray:
+    """The M4's Theta (`Theta.classic`): half the least-squares trend line, half SES
+    of the theta = 2 line (twice the series minus the trend line), extended over the
+    horizon, of the adjusted series; re-seasonalised, negatives set to 0."""
+    values, indices = _adjusted(history, seasonality)
+    n = len(values)
+    if n < 2:
+        return _reseasonalised(naive(values, horizon), indices, horizon)
+    times = np.arange(1.0, n + 1.0)
+    slope, intercept = np.polyfit(times, values, 1)
+    line_in = intercept + slope * times
+    line_out = intercept + slope * np.arange(n + 1.0, n + horizon + 1.0)
+    theta_line = 2.0 * values - line_in
+    forecast = 0.5 * _ses_forecast(theta_line, horizon) + 0.5 * line_out
+    return np.maximum(_reseasonalised(forecast, indices, horizon), 0.0)
+
+
 BASELINES: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "naive": lambda history, horizon, seasonality: naive(history, horizon),
     "seasonal_naive": seasonal_naive,
     "naive2": naive2,
+    "ses": ses,
+    "holt": holt,
+    "damped": damped,
+    "comb": comb,
+    "theta": theta,
 }
 
 

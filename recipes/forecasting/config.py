@@ -131,6 +131,11 @@ class ForecastingEvaluationConfig(EvaluationConfig):
     plot_series: int = field(
         4, help="Series drawn in the fan chart of the last test window.", at_least=0
     )
+    benchmarks: tuple[str, ...] = field(
+        ("naive", "seasonal_naive", "naive2", "ses", "theta"),
+        help="The M4's benchmarks scored beside the model: naive, seasonal_naive, "
+        "naive2 (OWA's yardstick, always scored), ses, holt, damped, comb, theta.",
+    )
 
 
 @dataclasses.dataclass

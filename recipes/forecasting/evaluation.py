@@ -60,28 +60,29 @@ def history_of(values: np.ndarray, origin: int) -> np.ndarray:
 
 
 def benchmark_forecasts(
-    histories: list[np.ndarray], horizon: int, seasonality: int
+    histories: list[np.ndarray],
+    horizon: int,
+    seasonality: int,
+    names: tuple[str, ...] = ("naive", "seasonal_naive", "naive2"),
 ) -> dict[str, np.ndarray]:
-    """Naive, seasonal naive and Naive2 for each history: {name: (windows, H)}. A
-    history shorter than one season gets the naive forecast from the seasonal ones."""
-    from rnnkit_recipes.forecasting.baselines import naive, naive2, seasonal_naive
+    """The M4 benchmarks `names` (Naive2, OWA's yardstick, always) for each history:
+    {name: (windows, H)}. A history shorter than one season gets the naive forecast
+    from seasonal naive and Naive2, and one with a value at or below 0 (no
+    multiplicative decomposition) from Naive2; the smoothing benchmarks then smooth
+    the series unadjusted."""
+    from rnnkit_recipes.forecasting.baselines import BASELINES, naive
 
-    rows: dict[str, list[np.ndarray]] = {
-        "naive": [],
-        "seasonal_naive": [],
-        "naive2": [],
-    }
+    names = tuple(dict.fromkeys((*names, "naive2")))
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for history in histories:
-        rows["naive"].append(naive(history, horizon))
-        if len(history) < seasonality:
-            rows["seasonal_naive"].append(naive(history, horizon))
-            rows["naive2"].append(naive(history, horizon))
-            continue
-        rows["seasonal_naive"].append(seasonal_naive(history, horizon, seasonality))
-        if np.any(history <= 0):  # no multiplicative decomposition: naive
-            rows["naive2"].append(naive(history, horizon))
-        else:
-            rows["naive2"].append(naive2(history, horizon, seasonality))
+        short = len(history) < seasonality
+        for name in names:
+            if name in ("seasonal_naive", "naive2") and short:
+                rows[name].append(naive(history, horizon))
+            elif name == "naive2" and np.any(history <= 0):
+                rows[name].append(naive(history, horizon))
+            else:
+                rows[name].append(BASELINES[name](history, horizon, seasonality))
     return {name: np.stack(values) for name, values in rows.items()}
 
 

@@ -47,8 +47,9 @@ def fan_chart(forecasts, data, config, path: Path) -> Path | None:
             )  # fmt: skip
         axis.plot(future, forecasts.median[index], color="tab:blue", lw=1.5,
                   label="model median")  # fmt: skip
-        axis.plot(future, forecasts.baselines["seasonal_naive"][index],
-                  color="tab:orange", lw=1, label="seasonal naive")  # fmt: skip
+        if "seasonal_naive" in forecasts.baselines:
+            axis.plot(future, forecasts.baselines["seasonal_naive"][index],
+                      color="tab:orange", lw=1, label="seasonal naive")  # fmt: skip
         axis.set_title(f"{grid.ids[series]}", fontsize=9)
         axis.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("step")

@@ -188,6 +188,14 @@ def _check(config: ForecastingConfig) -> None:
             f"evaluation.interval={interval:g} (scored by MSIS and coverage); add "
             "them, or set evaluation.interval to the span of two of the quantiles"
         )
+    from rnnkit_recipes.forecasting.baselines import BASELINES
+
+    unknown = [name for name in config.evaluation.benchmarks if name not in BASELINES]
+    if unknown:
+        raise ConfigError(
+            f"evaluation.benchmarks names {', '.join(map(repr, unknown))}, not a "
+            f"benchmark; choose from {', '.join(BASELINES)}"
+        )
     if m.architecture == "linear" and d.covariates:
         raise ConfigError(
             "model.architecture=linear reads the target alone; drop data.covariates "
@@ -368,7 +376,12 @@ def test_forecasts(
         histories = [history_of(grid.values[s], o) for s, o in rows]
         data.benchmarks[split] = (
             histories,
-            benchmark_forecasts(histories, horizon, config.data.seasonality),
+            benchmark_forecasts(
+                histories,
+                horizon,
+                config.data.seasonality,
+                config.evaluation.benchmarks,
+            ),
         )
     histories, baselines = data.benchmarks[split]
     return Forecasts(
