@@ -126,6 +126,30 @@ class ForecastingRecipe(Recipe):
             }
         )
 
+    def backtest_folds(
+        self, data: ForecastingData, config: ForecastingConfig
+    ) -> list[ForecastingData]:
+        """`evaluation.folds` = F earlier cut-offs, a fresh model each: fold k
+        (k = 1..F, earliest first) holds out the span of `data.test_windows` x
+        `data.horizon` steps that lies F - k + 1 spans before the test span, the
+        validation windows before it, and trains on everything earlier, as the
+        main run does before its test span (the data is cut at the fold's end)."""
+        from rnnkit.errors import DataError
+
+        grid = data.grid
+        span = grid.test_steps
+        folds = []
+        for back in range(config.evaluation.folds, 0, -1):
+            end = grid.steps - back * span
+            if end - span - grid.validation_steps - config.data.horizon < 1:
+                raise DataError(
+                    f"evaluation.folds={config.evaluation.folds} backtest spans of "
+                    f"{span} steps reach back before the data has room to train; "
+                    "lower evaluation.folds or data.test_windows"
+                )
+            folds.append(splits(truncated(grid, end), config, data.source))
+        return folds
+
     def evaluate(
         self, model: keras.Model, data: ForecastingData, config: ForecastingConfig
     ) -> Metrics:
@@ -152,11 +176,25 @@ class ForecastingRecipe(Recipe):
         config: ForecastingConfig,
         plot_dir: Path,
     ) -> None:
+        from rnnkit_recipes.forecasting.evaluation import error_by_step
         from rnnkit_recipes.forecasting.plots import error_by_step_plot, fan_chart
+
+        from rnnkit.files import write_csv
 
         forecasts = test_forecasts(model, data, config)
         fan_chart(forecasts, data, config, plot_dir / "fan_chart.png")
         error_by_step_plot(forecasts, data, plot_dir / "error_by_step.png")
+        errors = error_by_step(forecasts)  # {system: sMAPE per step}
+        write_csv(
+            plot_dir / "error_by_step.csv",
+            [
+                {
+                    "step": step + 1,
+                    **{name: float(e[step]) for name, e in errors.items()},
+                }
+                for step in range(config.data.horizon)
+            ],
+        )
 
 
 # -- Checks ---------------------------------------------------------------------------
@@ -242,13 +280,7 @@ def _panel(config: ForecastingConfig, path: str | None):
 def load(config: ForecastingConfig) -> ForecastingData:
     """The grid of the configured panel and its three splits."""
     import numpy as np
-    from rnnkit_recipes.forecasting.data import (
-        Windows,
-        append_test,
-        time_periods,
-        to_grid,
-        window_origins,
-    )
+    from rnnkit_recipes.forecasting.data import append_test, to_grid
 
     from rnnkit.errors import DataError
 
@@ -303,6 +335,31 @@ def load(config: ForecastingConfig) -> ForecastingData:
             "its own last %d steps, not one common date", min(grid.last_times),
             max(grid.last_times), test_steps,
         )  # fmt: skip
+    return splits(grid, config, panel.source)
+
+
+def truncated(grid, end: int):
+    """The grid as if every series ended at step `end` (a backtest fold's data)."""
+    return dataclasses.replace(
+        grid,
+        values=grid.values[:, :end],
+        covariates=None if grid.covariates is None else grid.covariates[:, :end],
+        ticks=grid.ticks[:, :end],
+        last_times=None,
+    )
+
+
+def splits(grid, config: ForecastingConfig, source: str) -> ForecastingData:
+    """Training, validation and test windows of `grid`: the test span its last
+    `grid.test_steps` steps, validation the `grid.validation_steps` before them,
+    training everything before (a window's forecast span ends by the validation's
+    first step)."""
+    from rnnkit_recipes.forecasting.data import Windows, time_periods, window_origins
+
+    from rnnkit.errors import DataError
+
+    d = config.data
+    test_steps = grid.test_steps
     recurrent = config.model.architecture == "recurrent"  # linear: the target only
     calendar = d.calendar and recurrent
     periods = time_periods(grid.frequency, d.seasonality) if calendar else ()
@@ -349,7 +406,7 @@ def load(config: ForecastingConfig) -> ForecastingData:
         test_rows=test_rows,
         validation_rows=validation_rows,
         periods=periods,
-        source=panel.source,
+        source=source,
     )
 
 

@@ -244,3 +244,71 @@ def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
         assert list(choice.values) == offered
     names = {p.name for p in hp.space}
     assert {"cell_type", "units", "segment_length", "decoder", "learning_rate"} <= names
+
+
+def test_backtest_folds_hold_out_the_spans_before_the_test_span(smoke_data):
+    config = smoke(**{"evaluation.folds": 2})
+    grid, horizon = smoke_data.grid, config.data.horizon
+    span = grid.test_steps
+    folds = recipe.backtest_folds(smoke_data, config)
+    assert len(folds) == 2
+    for back, fold in zip((2, 1), folds, strict=True):
+        end = grid.steps - back * span  # the fold's data ends with its test span
+        np.testing.assert_array_equal(fold.grid.values, grid.values[:, :end])
+        origins = sorted(set(fold.test_rows[:, 1]))
+        assert origins[0] == end - span and origins[-1] + horizon == end
+        assert (fold.validation_rows[:, 1] + horizon <= end - span).all()
+        assert fold.grid.train_end == end - span - grid.validation_steps
+        total = sum(int(batch[1].shape[0]) for batch in fold.train)
+        assert 0 < total < sum(int(batch[1].shape[0]) for batch in smoke_data.train)
+    with pytest.raises(DataError, match="lower evaluation.folds"):
+        recipe.backtest_folds(smoke_data, smoke(**{"evaluation.folds": 40}))
+
+
+@pytest.mark.slow
+def test_a_run_with_a_backtest_fold_writes_its_table_and_the_mean(tmp_path):
+    import json
+
+    from tests.cli_support import invoke
+
+    run_dir = tmp_path / "run"
+    result = invoke(
+        "run", "forecasting", "--config", str(SMOKE), "--run-dir", str(run_dir),
+        "--set", "evaluation.folds=1", "--set", "train.epochs=1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    folds = metrics["backtest"]["folds"]
+    assert len(folds) == 1
+    for table in folds:
+        assert {"model", "seasonal_naive", "naive2"} <= set(table)
+        assert table["naive2"]["owa"] == pytest.approx(1.0)
+    mean = metrics["backtest"]["mean"]["model"]["smape"]
+    assert mean == pytest.approx(np.mean([t["model"]["smape"] for t in folds]))
+    # a fold's benchmarks are its own windows', not the test span's
+    assert folds[0]["seasonal_naive"] != metrics["test"]["seasonal_naive"]
+
+
+def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
+    import csv
+
+    config = smoke()
+    model = recipe.build_model(config, smoke_data)
+    recipe.write_plots(model, smoke_data, config, tmp_path)
+    assert (tmp_path / "error_by_step.png").is_file()
+    with (tmp_path / "error_by_step.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["step"]) for r in rows] == list(range(1, config.data.horizon + 1))
+    assert {"model", "seasonal_naive", "naive2"} <= set(rows[0])
+    # seasonal naive's step errors, by hand from the test windows
+    from rnnkit_recipes.forecasting.recipe import test_forecasts
+
+    forecasts = test_forecasts(model, smoke_data, config)
+    naive = forecasts.baselines["seasonal_naive"]
+    actual = forecasts.actual
+    expected = np.nanmean(
+        200 * np.abs(actual - naive) / (np.abs(actual) + np.abs(naive)), axis=0
+    )
+    np.testing.assert_allclose(
+        [float(r["seasonal_naive"]) for r in rows], expected, rtol=1e-6
+    )
