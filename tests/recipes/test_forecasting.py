@@ -132,6 +132,10 @@ def test_weighted_quantile_loss_and_interval_ends():
         ({"model.quantiles": (0.5, 0.5)}, "repeats a level"),
         ({"data.test_path": "test.csv"}, "set data.path too"),
         ({"model.quantiles": (0.1, 0.5, 0.9)}, "lacks 0.025 or 0.975, the ends of"),
+        (
+            {"evaluation.benchmarks": ("naive", "arima")},
+            "evaluation.benchmarks names 'arima', not a benchmark; choose from naive,",
+        ),
     ],
 )
 def test_bad_configurations_are_refused_in_one_line(values, message):
