@@ -186,19 +186,19 @@ def scores(forecasts: Forecasts, seasonality: int, interval: float) -> dict:
 
 
 def error_by_step(forecasts: Forecasts) -> dict[str, np.ndarray]:
-    """sMAPE of each horizon step over the test windows, per system."""
+    """sMAPE of each horizon step over the test windows observed there, per system
+    (NaN for a step no window observed)."""
+    actual = forecasts.actual
+    seen = ~np.isnan(actual)
     systems = {"model": forecasts.median, **forecasts.baselines}
-    result = {}
-    for name, forecast in systems.items():
-        actual = forecasts.actual
-        denominator = np.abs(actual) + np.abs(forecast)
-        terms = np.where(
-            denominator > 0,
-            200.0
-            * np.abs(actual - forecast)
-            / np.where(denominator > 0, denominator, 1),
-            0.0,
+    return {
+        name: np.array(
+            [
+                metrics.smape(actual[seen[:, h], h], forecast[seen[:, h], h])
+                if seen[:, h].any()
+                else np.nan
+                for h in range(actual.shape[1])
+            ]
         )
-        terms = np.where(np.isnan(actual), np.nan, terms)
-        result[name] = np.nanmean(terms, axis=0)
-    return result
+        for name, forecast in systems.items()
+    }
