@@ -214,21 +214,13 @@ class Popen:
             self._process.start()
             self.pid = self._process.pid
         else:
-            with open(self._paths[0], "ab") as out:
-                if self._paths[1] == self._paths[0]:
-                    error_target = subprocess.STDOUT
-                    self._popen = subprocess.Popen(
-                        self.args, cwd=cwd, env=environment, stdout=out,
-                        stderr=error_target, stdin=subprocess.DEVNULL,
-                        start_new_session=start_new_session,
-                    )  # fmt: skip
-                else:
-                    with open(self._paths[1], "ab") as err:
-                        self._popen = subprocess.Popen(
-                            self.args, cwd=cwd, env=environment, stdout=out,
-                            stderr=err, stdin=subprocess.DEVNULL,
-                            start_new_session=start_new_session,
-                        )  # fmt: skip
+            merged = self._paths[1] == self._paths[0]
+            with open(self._paths[0], "ab") as out, open(self._paths[1], "ab") as err:
+                self._popen = subprocess.Popen(
+                    self.args, cwd=cwd, env=environment, stdout=out,
+                    stderr=subprocess.STDOUT if merged else err,
+                    stdin=subprocess.DEVNULL, start_new_session=start_new_session,
+                )  # fmt: skip
             self.pid = self._popen.pid
         self.returncode: int | None = None
 
