@@ -26,6 +26,7 @@ import click
 
 from rnnkit import __version__
 from rnnkit._native_logs import quiet_native_logs
+from rnnkit._optional import missing_dependency
 from rnnkit.cli._common import unexpected_error
 
 # Command name -> "module:attribute", imported when the command is named.
@@ -73,6 +74,9 @@ class LazyGroup(click.Group):
                 raise
             raise unexpected_error(error, ctx) from None
         except Exception as error:
+            missing = missing_dependency(error)  # an optional package's extra
+            if missing is not None:
+                raise click.ClickException(str(missing)) from None
             raise unexpected_error(error, ctx) from None
 
 

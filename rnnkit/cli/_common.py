@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from rnnkit._native_logs import import_frameworks_quietly
+from rnnkit._optional import missing_dependency
 from rnnkit.errors import RnnkitError, run_dir_of
 from rnnkit.files import write_text
 
@@ -45,6 +46,11 @@ def user_errors() -> Iterator[None]:
         yield
     except RnnkitError as error:
         raise click.ClickException(str(error)) from None
+    except ModuleNotFoundError as error:  # an optional package: which extra brings it
+        missing = missing_dependency(error)
+        if missing is None:
+            raise
+        raise click.ClickException(str(missing)) from None
     except OSError as error:  # unreadable file, disk full, ...
         raise click.ClickException(
             f"{error.strerror or error}: {error.filename}"

@@ -37,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rnnkit._keras_private import freeze_function
+from rnnkit._optional import optional_import
 from rnnkit.export import _diagnosis
 from rnnkit.export.errors import ExportError
 from rnnkit.export.runtimes import run_onnx, run_tflite
@@ -118,8 +119,8 @@ def to_onnx(model: Any, input_signature: Any = None, opset: int | None = None) -
     """
     import logging
 
-    import onnx
-    import tf2onnx
+    onnx = optional_import("onnx")
+    tf2onnx = optional_import("tf2onnx")
 
     with export_mode("onnx"):
         function, what = _traced(model, input_signature)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rnnkit._optional import optional_import
 from rnnkit.export.plan import Artefact, ExportPlan
 from rnnkit.export.writer import write_file
 
@@ -45,7 +46,7 @@ def named_onnx_outputs(data: bytes, names: list[str]) -> bytes:
     """The ONNX model with its outputs named `names` (tf2onnx names them after the
     graph's tensors; the converter gives a dict's outputs in sorted key order), so a
     client reads "logits", "next_h_0", ... as in every other format."""
-    import onnx
+    onnx = optional_import("onnx")
 
     proto = onnx.load_from_string(data)
     graph = proto.graph

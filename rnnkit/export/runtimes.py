@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rnnkit._optional import optional_import
 from rnnkit.export.errors import ExportError
 
 
@@ -29,7 +30,7 @@ def run_tflite(
     Returns:
         The outputs as a list of numpy arrays, in the order of `to_tflite`.
     """
-    from ai_edge_litert.interpreter import Interpreter
+    Interpreter = optional_import("ai_edge_litert.interpreter").Interpreter
 
     if isinstance(model, (bytes, bytearray)):
         interpreter = Interpreter(model_content=bytes(model))
@@ -69,7 +70,7 @@ def run_onnx(model: bytes | str | os.PathLike, inputs: Any) -> list:
     Returns:
         The outputs as a list of numpy arrays, in the model's order.
     """
-    import onnxruntime
+    onnxruntime = optional_import("onnxruntime")
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only

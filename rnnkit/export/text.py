@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rnnkit._optional import optional_import
+
 # rnnkit.data.parallel_text._TOKEN_PATTERN in RE2.
 _WORD = r"[\p{L}\p{N}_]"
 TOKEN_PATTERN = (
@@ -35,7 +37,8 @@ def words(texts: Any, unicode_form: str, lowercase: bool, split_punctuation: boo
     """Ragged string tokens (batch, None) of a (batch,) string tensor, as
     `rnnkit.data.parallel_text.tokenize`."""
     import tensorflow as tf
-    import tensorflow_text as tf_text
+
+    tf_text = optional_import("tensorflow_text")
 
     texts = tf_text.normalize_utf8(texts, unicode_form)
     texts = tf.strings.strip(tf.strings.regex_replace(texts, WHITESPACE, " "))
@@ -70,8 +73,7 @@ class GraphVocabulary:
         self.sentencepiece = None
         self.table = None
         if self.subword and encodes:
-            import tensorflow_text as tf_text
-
+            tf_text = optional_import("tensorflow_text")
             self.sentencepiece = tf_text.SentencepieceTokenizer(
                 model=sentencepiece_model, out_type=tf.int32
             )

@@ -1,0 +1,204 @@
+"""Every package rnnkit imports is declared in pyproject.toml, and one that only an
+extra brings is imported through `rnnkit._optional.optional_import`, so that its
+absence is a one-line error naming the extra (issue 57, points 1 and 2)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from rnnkit._optional import OPTIONAL, MissingDependencyError, optional_import
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [ROOT / "rnnkit", ROOT / "recipes"]
+# Imported only under the Keras backend a user chose (rnnkit/training/runtime.py):
+# whoever sets KERAS_BACKEND=jax or torch installs it, as Keras itself asks.
+BACKENDS = {"jax", "torch"}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared() -> tuple[set[str], dict[str, set[str]]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    core = {_canonical(Requirement(line).name) for line in project["dependencies"]}
+    extras = {
+        extra: {_canonical(Requirement(line).name) for line in lines}
+        for extra, lines in project["optional-dependencies"].items()
+    }
+    return core, extras
+
+
+def _imports() -> dict[str, list[str]]:
+    """{top-level module: ["file:line", ...]} of every import statement and
+    `optional_import("...")` call in rnnkit/ and recipes/, third-party only."""
+    found: dict[str, list[str]] = {}
+    for folder in SOURCES:
+        for path in sorted(folder.rglob("*.py")):
+            tree = ast.parse(path.read_text("utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                elif (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", None) == "optional_import"
+                    and isinstance(node.args[0], ast.Constant)
+                ):
+                    names = [node.args[0].value]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in sys.stdlib_module_names or top in (
+                        "rnnkit",
+                        "rnnkit_recipes",
+                        "__future__",
+                    ):
+                        continue
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    found.setdefault(top, []).append(where)
+    return found
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _distribution(module: str) -> str:
+    """The distribution that provides `module`; one not installed here (tomli, the
+    Python 3.10 fallback of tomllib) under the module's own name."""
+    names = _distributions().get(module) or [module]
+    # protobuf and googleapis share `google`; the first is enough to name it.
+    return _canonical(names[0])
+
+
+def test_every_imported_package_is_declared():
+    core, extras = _declared()
+    everything = core.union(*extras.values())
+    undeclared = {
+        module: places[:3]
+        for module, places in _imports().items()
+        if module not in BACKENDS and _distribution(module) not in everything
+    }
+    assert not undeclared, f"imported but declared nowhere in pyproject: {undeclared}"
+
+
+def test_packages_of_an_extra_are_imported_through_optional_import():
+    core, extras = _declared()
+    plain: dict[str, list[str]] = {}
+    for folder in SOURCES:
+        for path in sorted(folder.rglob("*.py")):
+            if path.name == "_optional.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in OPTIONAL:
+                        where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                        plain.setdefault(top, []).append(where)
+    assert not plain, f"import these with rnnkit._optional.optional_import: {plain}"
+    for module, (package, extra, _) in OPTIONAL.items():
+        assert _canonical(package) in extras[extra], (module, extra)
+        assert _canonical(package) not in core, f"{package} is a core dependency"
+    for module in _imports():
+        if module in BACKENDS:
+            continue
+        distribution = _distribution(module)
+        if distribution not in core:
+            assert module in OPTIONAL or module == "tensorflow_datasets", (
+                f"{module} ({distribution}) comes only from an extra: add it to "
+                "rnnkit._optional.OPTIONAL and import it with optional_import"
+            )
+
+
+class _NotInstalled:
+    """A meta-path finder for which `module` is not installed: importing it (or a
+    submodule) raises Python's own ModuleNotFoundError for the package."""
+
+    def __init__(self, module: str):
+        self.module = module
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.module:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def not_installed(monkeypatch, module: str) -> None:
+    """`module` as on a machine without it, until the test ends."""
+    for name in [key for key in sys.modules if key.split(".")[0] == module]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NotInstalled(module), *sys.meta_path])
+
+
+def test_a_missing_optional_package_is_one_line_naming_the_extra(monkeypatch):
+    not_installed(monkeypatch, "tf2onnx")
+    with pytest.raises(MissingDependencyError) as caught:
+        optional_import("tf2onnx")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "ONNX export" in message and 'pip install "rnnkit[export]"' in message
+    # Another missing module inside the package is not its absence: it propagates.
+    monkeypatch.setitem(sys.modules, "tf2onnx", __import__("json"))
+    monkeypatch.setitem(sys.modules, "tf2onnx.no_such", None)
+    with pytest.raises(ModuleNotFoundError):
+        optional_import("tf2onnx.no_such")
+
+
+@pytest.mark.parametrize(
+    ("form", "module"), [("onnx", "tf2onnx"), ("tflite", "ai_edge_litert")]
+)
+def test_export_without_the_extra_says_which_to_install(
+    form, module, tmp_path, monkeypatch
+):
+    """`rnnkit export --format onnx|tflite` where the converter or its runtime is
+    missing: one line naming the extra, not "unexpected" (issue 57, point 2)."""
+    import keras
+
+    from rnnkit.export import export
+
+    not_installed(monkeypatch, module)
+    inputs = keras.Input((4, 3), name="window")
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs[:, -1]))
+    with pytest.raises(MissingDependencyError, match=r"rnnkit\[export\]"):
+        export(model, format=form, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_launcher_prints_a_missing_package_as_one_line(monkeypatch, tmp_path):
+    """A ModuleNotFoundError of an optional package raised anywhere under a command
+    is the same one line (exit status 1), whichever command it came from."""
+    import rnnkit.export
+    from tests.cli.support import invoke
+
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'onnxruntime'", name="onnxruntime")
+
+    monkeypatch.setattr(rnnkit.export, "export", missing)
+    result = invoke("export", str(tmp_path), "--format", "onnx")
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and 'pip install "rnnkit[export]"' in lines[0], lines
+    assert "unexpected" not in lines[0]
