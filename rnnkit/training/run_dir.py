@@ -26,6 +26,7 @@ import csv
 import datetime
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -206,6 +207,32 @@ def open_run_dir(
     )
     log.info("run directory: %s", run_dir)
     return run_dir
+
+
+def trained_anything(run_dir: Path) -> bool:
+    """Whether the run in `run_dir` finished an epoch (its history, its backup or its
+    model is there): before that, the folder holds nothing a user would keep."""
+    return any(
+        (run_dir / name).exists() for name in (HISTORY_FILE, BACKUP_DIR, MODEL_FILE)
+    )
+
+
+def discard_unstarted(run_dir: Path, created: bool) -> bool:
+    """Removes what a run that failed before its first epoch wrote to `run_dir` (the
+    folder too when the run `created` it), so a failed attempt leaves nothing that
+    looks like a run; returns whether it did. A run that trained is kept."""
+    if trained_anything(run_dir):
+        return False
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:  # a --run-dir the user made: left as empty as it was
+        for path in run_dir.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    log.info("the run stopped before its first epoch: %s removed", run_dir)
+    return True
 
 
 def load_run(

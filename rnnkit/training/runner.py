@@ -48,6 +48,7 @@ from rnnkit.training.run_dir import (
     RUN_FILE,
     TENSORBOARD_DIR,
     config_header,
+    discard_unstarted,
     load_model,
     load_run,
     open_run_dir,
@@ -448,6 +449,9 @@ def run(
     chief = config.train.strategy != "multiworker" or cluster_from_environment()[1] == 0
     with stop_on_sigterm():
         if chief:
+            # A run that fails before its first epoch leaves no folder behind
+            # (an interrupted one keeps it: --resume continues it).
+            created = not resume and (not run_dir or not Path(run_dir).exists())
             run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume)
         else:
             run_dir = None
@@ -476,7 +480,11 @@ def run(
                 )
             raise
         except Exception as error:
-            if run_dir is not None and not isinstance(error, RnnkitError):
+            if run_dir is None:
+                raise
+            if not resume and discard_unstarted(run_dir, created):
+                raise  # an unexpected error's traceback goes to the log folder
+            if not isinstance(error, RnnkitError):
                 mark_run_dir(error, run_dir)  # its traceback belongs there
             raise
 

@@ -42,6 +42,8 @@ def test_bad_input_is_one_line_and_nonzero(args, message, tmp_path, monkeypatch)
     assert message in result.output
     assert "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("Error:")
+    # Nothing that looks like a run is left behind (issue 57, point 12).
+    assert not list(tmp_path.glob("runs/*/*")), list(tmp_path.glob("runs/*/*"))
 
 
 def test_bad_option_value_is_rejected_by_click():

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from rnnkit.errors import RnnkitError
-from rnnkit.training import run_dir
+from rnnkit.errors import DataError, RnnkitError, run_dir_of
+from rnnkit.training import run_dir, runner
 from tests.stock_support import ROOT
-from tests.training.test_runner import ToyConfig, ToyRecipe
+from tests.training.test_runner import InterruptAt, ToyConfig, ToyRecipe
 
 
 class _FrozenClock:
@@ -173,3 +173,75 @@ def test_history_is_read_as_numbers(tmp_path):
         {"epoch": 1.0, "loss": 0.5},
         {"epoch": 2.0, "loss": 0.25},
     ]
+
+
+# -- A run that fails before its first epoch leaves nothing behind (issue 57, point 12)
+
+
+class _FailingRecipe(ToyRecipe):
+    """The toy recipe whose data loading raises `error`."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def load_data(self, config):
+        raise self.error
+
+
+class _FailAtEpoch:
+    """A callback that raises RuntimeError when epoch `epoch` (0-based) begins."""
+
+    def __new__(cls, epoch):
+        import keras
+
+        class Fail(keras.callbacks.Callback):
+            def on_epoch_begin(self, index, logs=None):
+                if index == epoch:
+                    raise RuntimeError(f"failed at epoch {index + 1}")
+
+        return Fail()
+
+
+@pytest.mark.parametrize(
+    "error", [DataError("no data here"), RuntimeError("a bug")], ids=["data", "bug"]
+)
+def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path, error):
+    with pytest.raises(type(error)) as caught:
+        runner.run(_FailingRecipe(error), ToyConfig(), runs_root=tmp_path, verbose=0)
+    assert list((tmp_path / "toy").iterdir()) == []
+    # An unexpected error's traceback is not filed under a folder that is gone.
+    assert run_dir_of(caught.value) is None
+
+
+def test_a_given_run_dir_is_left_as_it_was(tmp_path):
+    made = tmp_path / "mine"
+    made.mkdir()
+    with pytest.raises(DataError):
+        runner.run(_FailingRecipe(DataError("no")), ToyConfig(), made, verbose=0)
+    assert made.is_dir() and list(made.iterdir()) == []
+    with pytest.raises(DataError):
+        runner.run(
+            _FailingRecipe(DataError("no")), ToyConfig(), tmp_path / "new", verbose=0
+        )
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_run_that_fails_after_an_epoch_stays_unfinished(tmp_path):
+    folder = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="epoch 2") as caught:
+        runner.run(
+            ToyRecipe(), ToyConfig(), folder, verbose=0, callbacks=[_FailAtEpoch(1)]
+        )
+    assert (folder / run_dir.CONFIG_FILE).is_file()
+    assert (folder / run_dir.HISTORY_FILE).is_file()
+    assert not (folder / run_dir.RUN_FILE).exists()
+    assert run_dir_of(caught.value) == folder  # its traceback goes there
+
+
+def test_an_interrupted_run_keeps_its_folder_for_resume(tmp_path):
+    folder = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(
+            ToyRecipe(), ToyConfig(), folder, verbose=0, callbacks=[InterruptAt(0)]
+        )
+    assert (folder / run_dir.CONFIG_FILE).is_file()
