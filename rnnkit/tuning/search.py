@@ -43,6 +43,9 @@ log = logging.getLogger("rnnkit")
 TUNERS = ("random", "hyperband", "bayesian")
 BEST_CONFIG_FILE = "best.toml"
 TRIALS_FILE = "trials.csv"
+# In the tuner's project folder (DIRECTORY/TUNER): the fixed settings the search was
+# started with, which a resumed search must share (`check_same_search`).
+FIXED_CONFIG_FILE = "fixed.toml"
 
 
 @dataclasses.dataclass
@@ -136,6 +139,8 @@ def tune(
     address = None if chief is None else cluster.parse_address(chief)
     directory = Path(directory or Path("runs") / recipe.name / "tuning")
     check_one_device(config)
+    if not overwrite:
+        check_same_search(recipe, config, directory / tuner)
     configure_runtime(config.train)
     with (
         contextlib.nullcontext()
@@ -152,6 +157,10 @@ def tune(
             directory,
             overwrite,
         )
+        fixed = directory / tuner / FIXED_CONFIG_FILE
+        if not fixed.exists():
+            header = f"rnnkit recipe: {recipe.name}\nThe fixed settings of this search"
+            write_text(fixed, config_lib.to_toml(config, header))
         if address is None:
             log.info("tuning %s with %s search in %s", recipe.name, tuner, directory)
             try:
@@ -175,6 +184,34 @@ def tune(
             if stopped:
                 log.info("tuning stopped: %s", stopped)
     return _report(search, recipe, config, tuner, directory)
+
+
+def check_same_search(recipe: Recipe, config: RecipeConfig, project: Path) -> None:
+    """Refuses to resume the search saved in `project` with other fixed settings:
+    its trials were scored under the old ones, and best.toml would pair their
+    winner with the new ones."""
+    fixed = project / FIXED_CONFIG_FILE
+    if not fixed.exists():
+        if (project / "oracle.json").exists():
+            log.warning(
+                "%s predates rnnkit's record of a search's fixed settings; resuming "
+                "it with the current ones",
+                project,
+            )
+        return
+    saved = config_lib.load_toml(type(config), fixed).flat()
+    current = config.flat()
+    changed = [key for key in current if current[key] != saved.get(key)]
+    if changed:
+        shown = ", ".join(
+            f"{key} {saved.get(key)!r} -> {current[key]!r}" for key in changed[:5]
+        )
+        more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        raise ConfigError(
+            f"the search in {project.parent} was started with other fixed settings "
+            f"({shown}{more}); resume it with its own settings ({fixed}), or start "
+            "afresh with --overwrite or another --tune-dir"
+        )
 
 
 def _report(

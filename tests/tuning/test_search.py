@@ -72,6 +72,18 @@ def test_two_trials_on_real_data_write_best_config_and_trials(tmp_path):
     assert again.completed == 2
     assert again.best_config == best
 
+    # Resumed with other fixed settings, it refuses, naming them, and best.toml is
+    # left as the search made it (issue 57, point 6).
+    written = (tune_dir / "best.toml").read_text()
+    refused = invoke(
+        "tune", "stock", "--max-trials", "2", "--config", str(SMOKE_CONFIG),
+        "--epochs", "30", "--tune-dir", str(tune_dir),
+    )  # fmt: skip
+    line = error_line(refused)
+    assert "other fixed settings (train.epochs 1 -> 30)" in line, line
+    assert "--overwrite" in line
+    assert (tune_dir / "best.toml").read_text() == written
+
 
 @pytest.mark.parametrize("tuner", ["hyperband", "bayesian"])
 def test_other_tuners_run(tmp_path, tuner):
