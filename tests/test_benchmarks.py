@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import captioning_attention  # noqa: E402
+import captioning_flickr8k  # noqa: E402
 import selection  # noqa: E402
 import timing  # noqa: E402
 import translation_multi30k  # noqa: E402
@@ -510,3 +511,53 @@ def test_side_by_side_means_name_the_seeds_a_figure_lacks(capsys):
     printed = capsys.readouterr().out
     assert "rnn: parameters from seeds [2] only" in printed
     assert "rnn: greedy BLEU from seeds none only" in printed
+
+
+# -- A shipped config is the configuration its README figure came from (issue 57.8) --
+
+LEDGERS = sorted((ROOT / "benchmarks" / "ledgers").glob("*/*/selection.json"))
+# Keys a ledger's runs set per run, not part of the configuration a file ships.
+PER_RUN = {"train.seed", "data.limit"}
+
+
+def _flat(sections: dict) -> dict:
+    return {
+        f"{section}.{key}": tuple(value) if isinstance(value, list) else value
+        for section, values in sections.items()
+        for key, value in values.items()
+    }
+
+
+def _chosen(ledger: dict, recipe: str, system: str) -> tuple[dict, Path, dict]:
+    """The configuration the ledger chose, as it trained ({key: value}), the shipped
+    file the benchmark names for it, and the changes the benchmark states it makes
+    to that file (an ablation's, such as captioning's attention-free decoder)."""
+    name = ledger["chosen"]
+    if recipe == "translation":  # its ledgers: the base config and CANDIDATES
+        overrides = translation_multi30k.CANDIDATES[system][name]
+        trained = {**_flat(ledger["settings"]), **overrides}
+        return trained, ROOT / translation_multi30k.ARCHITECTURES[system], {}
+    assert recipe == "captioning", recipe
+    _, file, stated = captioning_flickr8k.CANDIDATES[name]
+    trained = _flat(ledger["settings"][selection.CANDIDATE_CONFIGS][name])
+    return trained, Path(file), stated
+
+
+@pytest.mark.parametrize(
+    "path", LEDGERS, ids=[f"{p.parts[-3]}-{p.parts[-2]}" for p in LEDGERS]
+)
+def test_the_configuration_chosen_on_validation_is_the_shipped_config(path):
+    """Each committed selection's choice is its benchmark's config file, value for
+    value (the seed and a size limit set per run aside; an ablation's stated change
+    applied), so a user who runs that file trains what the README reports."""
+    recipe_name, system = path.parts[-3], path.parts[-2]
+    ledger = json.loads(path.read_text())
+    trained, file, stated = _chosen(ledger, recipe_name, system)
+    recipe = registry.load(recipe_name)
+    shipped = config_lib.load_toml(recipe.Config, file).with_values(stated).flat()
+    differ = {
+        key: {"shipped": shipped.get(key), "chosen": value}
+        for key, value in trained.items()
+        if key not in PER_RUN and shipped.get(key) != value
+    }
+    assert not differ, f"{file.name} is not {ledger['chosen']}: {differ}"
