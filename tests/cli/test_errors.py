@@ -87,17 +87,37 @@ def test_a_failed_run_keeps_its_traceback_in_the_run_directory(monkeypatch, tmp_
     from rnnkit_recipes.stock.recipe import StockRecipe
 
     monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(StockRecipe, "load_data", broken)
+    monkeypatch.setattr(StockRecipe, "evaluate", broken)  # after training
     run_dir = tmp_path / "run"
     result = run(
-        "run", "stock", "--config", str(SMOKE_CONFIG), "--run-dir", str(run_dir)
-    )
+        "run", "stock", "--config", str(SMOKE_CONFIG), "--run-dir", str(run_dir),
+        "--epochs", "1",
+    )  # fmt: skip
     assert result.exit_code == 1
     line = one_error_line(result.output)
     assert line.startswith("Error: rnnkit run stock failed at cli/test_errors.py:")
     assert written_to(line) == run_dir / "traceback.log"
     assert "in broken" in (run_dir / "traceback.log").read_text(encoding="utf-8")
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_run_that_fails_before_training_files_its_traceback_in_the_logs(
+    monkeypatch, tmp_path
+):
+    """Its folder is gone (issue 57, point 12), so the log folder keeps it."""
+    from rnnkit_recipes.stock.recipe import StockRecipe
+
+    monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(StockRecipe, "load_data", broken)
+    run_dir = tmp_path / "run"
+    result = run(
+        "run", "stock", "--config", str(SMOKE_CONFIG), "--run-dir", str(run_dir)
+    )
+    assert result.exit_code == 1
+    log = written_to(one_error_line(result.output))
+    assert log.parent == tmp_path / "cache" / "logs"
+    assert "in broken" in log.read_text(encoding="utf-8")
+    assert not run_dir.exists()
 
 
 def test_keyboard_interrupt_is_still_aborted(monkeypatch, tmp_path):
@@ -144,8 +164,8 @@ def test_a_failed_run_in_a_directory_it_named_itself_keeps_its_traceback_there(
 
     monkeypatch.setenv("RNNKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(StockRecipe, "load_data", broken)
-    result = run("run", "stock", "--config", str(SMOKE_CONFIG))
+    monkeypatch.setattr(StockRecipe, "evaluate", broken)  # after training
+    result = run("run", "stock", "--config", str(SMOKE_CONFIG), "--epochs", "1")
     assert result.exit_code == 1
     [run_dir] = (tmp_path / "runs" / "stock").iterdir()
     written = tmp_path / written_to(one_error_line(result.output))
