@@ -7,9 +7,10 @@ when the recipe is loaded by name. Any installed package can add a recipe:
     [project.entry-points."rnnkit.recipes"]
     my_task = "my_package.recipe:MyRecipe"
 
-The recurrent layers are listed the same way, so that configs and the command line can
-offer their names without importing Keras; `rnnkit.layers.get_recurrent(name)` turns a
-name into its class.
+The recurrent layers are listed the same way (`recurrent_names`, from
+rnnkit/_recurrent_names.py), so that configs and the command line can offer their names
+without importing Keras; `rnnkit.layers.get_recurrent(name)` turns a name into its
+class.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import difflib
 from importlib.metadata import EntryPoint, entry_points
 
+from rnnkit._recurrent_names import RECURRENT_GROUP, recurrent_names
 from rnnkit.errors import RecipeNotFoundError, RnnkitError
 from rnnkit.recipe import Recipe
 
 GROUP = "rnnkit.recipes"
-RECURRENT_GROUP = "rnnkit.recurrent"
 
 
 def available() -> dict[str, EntryPoint]:
@@ -71,7 +72,11 @@ def summaries() -> list[tuple[str, str]]:
     return rows
 
 
-def recurrent_names() -> tuple[str, ...]:
-    """The names of the installed recurrent layers (`"gru"`, `"lstm"`, ...), sorted,
-    without importing Keras or any layer."""
-    return tuple(sorted({entry.name for entry in entry_points(group=RECURRENT_GROUP)}))
+__all__ = [
+    "GROUP",
+    "RECURRENT_GROUP",
+    "available",
+    "load",
+    "recurrent_names",
+    "summaries",
+]

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # rnnkit's packages and modules, lowest first. The floor imports nothing of rnnkit.
 LAYERS: list[set[str]] = [
-    {"rnnkit", "errors", "_keras_private", "files", "_native_logs"},
-    {"layers"},
+    {"rnnkit", "errors", "_keras_private", "files", "_native_logs", "_recurrent_names"},
+    # Imports of an extra's packages (rnnkit/_optional.py) rank with the layers.
+    {"layers", "_optional"},
     {"config", "data", "losses", "optimizers", "metrics", "plots", "decoding"},
     {"models"},
     {"diagnostics"},

@@ -10,11 +10,12 @@ A layer class defined in a script, outside any package, joins with
 from __future__ import annotations
 
 import difflib
-from importlib.metadata import entry_points
 
-GROUP = "rnnkit.recurrent"
+from rnnkit import _recurrent_names as _names
 
-_registered: dict[str, type] = {}
+# The entry-point group and the names registered in this process: one list with the
+# one configs and the command line offer (rnnkit/_recurrent_names.py).
+GROUP = _names.RECURRENT_GROUP
 
 
 def register_recurrent(name: str, layer_class: type) -> type:
@@ -23,24 +24,24 @@ def register_recurrent(name: str, layer_class: type) -> type:
     The class needs a `cell_class` attribute (its cell's class). Returns the class, so
     it can serve as a decorator's body. A name already taken raises `ValueError`.
     """
-    if name in _registered or name in _entry_points():
+    if name in _names.registered_recurrent or name in _names.recurrent_entry_points():
         raise ValueError(f"a recurrent layer is already registered as {name!r}")
     if not isinstance(getattr(layer_class, "cell_class", None), type):
         raise ValueError(
             f"{layer_class.__name__} has no `cell_class` attribute: set it to the "
             "class of its cell"
         )
-    _registered[name] = layer_class
+    _names.registered_recurrent[name] = layer_class
     return layer_class
 
 
 def get_recurrent(name: str) -> type:
     """The recurrent layer class registered as `name` (e.g. `"lstm"` -> `LSTM`)."""
-    if name in _registered:
-        return _registered[name]
-    found = _entry_points()
+    if name in _names.registered_recurrent:
+        return _names.registered_recurrent[name]
+    found = _names.recurrent_entry_points()
     if name not in found:
-        known = sorted({*found, *_registered})
+        known = list(_names.recurrent_names())
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(
@@ -50,17 +51,11 @@ def get_recurrent(name: str) -> type:
 
 
 def recurrent_layer_names() -> list[str]:
-    """Every registered name, sorted: the entry points and `register_recurrent`'s."""
-    return sorted({*_entry_points(), *_registered})
+    """Every registered name, sorted: the entry points and `register_recurrent`'s
+    (`rnnkit.registry.recurrent_names`)."""
+    return list(_names.recurrent_names())
 
 
 def get_recurrent_cell(name: str) -> type:
     """The cell class of the recurrent layer registered as `name`."""
     return get_recurrent(name).cell_class
-
-
-def _entry_points() -> dict:
-    found = {}
-    for entry_point in entry_points(group=GROUP):
-        found.setdefault(entry_point.name, entry_point)
-    return found

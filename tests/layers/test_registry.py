@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rnnkit import _recurrent_names as names
+from rnnkit import registry as recipe_registry
 from rnnkit.layers import (
     GRU,
     LSTM,
@@ -18,7 +20,7 @@ from rnnkit.layers import (
 @pytest.fixture
 def clean_registry(monkeypatch):
     """`register_recurrent`'s names for this test only."""
-    monkeypatch.setattr(registry, "_registered", {})
+    monkeypatch.setattr(names, "registered_recurrent", {})
 
 
 def test_the_installed_names_are_rnnkits_layers():
@@ -52,6 +54,8 @@ def test_register_recurrent_adds_a_name_for_this_process(clean_registry):
     assert get_recurrent("peephole") is Peephole
     assert get_recurrent_cell("peephole") is LSTM.cell_class
     assert "peephole" in registry.recurrent_layer_names()
+    # One list: the names configs and the command line offer hold it too.
+    assert recipe_registry.recurrent_names() == tuple(registry.recurrent_layer_names())
     with pytest.raises(ValueError, match="already registered as 'peephole'"):
         register_recurrent("peephole", Peephole)
     with pytest.raises(ValueError, match="already registered as 'lstm'"):
