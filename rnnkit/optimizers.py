@@ -187,7 +187,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def configured_learning_rate(train, model) -> float | NoamSchedule:
     """The learning rate of a recipe's `train` and `model` config sections (see
-    `rnnkit.config.ScheduledTrainConfig` and `TransformerModelConfig`):
+    `rnnkit.shared_sections.ScheduledTrainConfig` and `TransformerModelConfig`):
     `train.learning_rate` for `train.lr_schedule = "constant"`; for "noam", the
     schedule that peaks at it after `train.warmup_steps` steps, with the model's
     width (`model.model_dim` for a Transformer, else `model.units`) as model_dim.

@@ -50,7 +50,7 @@ The methods
   default source or `config.data.path`. Raise `DataError` with a one-line message for a
   missing, unreadable or malformed source. Splits are `(x, y)` tuples of arrays (the
   runner batches them with `train.batch_size` and, with `train.shuffle`, draws a new
-  order each epoch from `train.seed`: `runner.training_set`) or already
+  order each epoch from `train.seed`: `rnnkit.training.training_set`) or already
   batched `tf.data.Dataset`s of `(x, y)` (the recipe batches them with
   `train.batch_size`).
 - `build_model(config, data) -> keras.Model`: compiled, built only from rnnkit layers

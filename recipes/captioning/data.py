@@ -21,7 +21,6 @@ training, `<unk>` for the rest) is built from the training captions.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import re
@@ -40,6 +39,13 @@ from rnnkit_recipes.captioning.sources import (
 )
 from rnnkit_recipes.captioning.store import Rows
 
+from rnnkit.data.vocabulary import (  # noqa: F401 - the ids this module gives too
+    END_ID,
+    PAD_ID,
+    START_ID,
+    UNK_ID,
+)
+from rnnkit.data.vocabulary import Vocabulary as _Vocabulary
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
 
@@ -49,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("rnnkit")
 
 PAD, UNK, START, END = "", "<unk>", "<start>", "<end>"
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 
 
 def tokenize(caption: str) -> list[str]:
@@ -87,33 +92,12 @@ class CaptionData(RecipeData):
     source: str
 
 
-class Vocabulary:
-    """Token <-> id; ids 0-3 are padding, `<unk>`, `<start>` and `<end>`."""
+class Vocabulary(_Vocabulary):
+    """`rnnkit.data.vocabulary.Vocabulary` with the special tokens this recipe's runs
+    were made with (ids 0-3: padding, `<unk>`, `<start>`, `<end>`), so their
+    captions, BLEU figures and saved token lists read as before."""
 
-    def __init__(self, tokens: Sequence[str]):
-        self.tokens = list(tokens)
-        self.ids = {token: index for index, token in enumerate(self.tokens)}
-
-    @classmethod
-    def build(cls, captions: list[list[str]], min_frequency: int) -> Vocabulary:
-        counts = collections.Counter(word for caption in captions for word in caption)
-        words = sorted(
-            (w for w, c in counts.items() if c >= min_frequency),
-            key=lambda w: (-counts[w], w),
-        )
-        return cls([PAD, UNK, START, END, *words])
-
-    def encode(self, words: list[str]) -> list[int]:
-        return [self.ids.get(word, UNK_ID) for word in words]
-
-    def decode(self, ids) -> list[str]:
-        words = []
-        for index in ids:
-            if index == END_ID:
-                break
-            if index != PAD_ID:
-                words.append(self.tokens[index])
-        return words
+    special_tokens = (PAD, UNK, START, END)
 
 
 # -- Loading ---------------------------------------------------------------------------
@@ -195,7 +179,7 @@ def load(config: CaptioningConfig) -> CaptionData:
         )
     vocabulary = Vocabulary.build(
         [c for per_image in splits["train"].captions for c in per_image],
-        data.min_frequency,
+        min_frequency=data.min_frequency,
     )
     log.info(
         "captioning data: %s train / %s validation / %s test images, vocabulary %d",

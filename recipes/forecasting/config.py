@@ -155,3 +155,51 @@ class ForecastingConfig(RecipeConfig):
     evaluation: ForecastingEvaluationConfig = section(
         ForecastingEvaluationConfig, "Test windows, intervals and plots."
     )
+
+
+def check_values(config: ForecastingConfig) -> None:
+    """What the config's types and ranges cannot say: values that must agree with
+    each other (`ForecastingRecipe.check_config`)."""
+    from rnnkit.errors import ConfigError
+
+    d, m = config.data, config.model
+    if d.input_length % m.segment_length:
+        raise ConfigError(
+            f"model.segment_length={m.segment_length} must divide "
+            f"data.input_length={d.input_length}; pick a divisor (1 reads step by step)"
+        )
+    quantiles = tuple(m.quantiles)
+    if not quantiles:
+        raise ConfigError("model.quantiles is empty; give at least one, such as 0.5")
+    if len(set(quantiles)) != len(quantiles):
+        raise ConfigError(
+            f"model.quantiles={quantiles} repeats a level; give each once"
+        )
+    from rnnkit_recipes.forecasting.evaluation import interval_ends
+
+    interval = config.evaluation.interval
+    if interval_ends(tuple(sorted(quantiles)), interval) is None:
+        low, high = (1 - interval) / 2, (1 + interval) / 2
+        raise ConfigError(
+            f"model.quantiles={quantiles} lacks {low:g} or {high:g}, the ends of "
+            f"evaluation.interval={interval:g} (scored by MSIS and coverage); add "
+            "them, or set evaluation.interval to the span of two of the quantiles"
+        )
+    from rnnkit_recipes.forecasting.baselines import BASELINES
+
+    unknown = [name for name in config.evaluation.benchmarks if name not in BASELINES]
+    if unknown:
+        raise ConfigError(
+            f"evaluation.benchmarks names {', '.join(map(repr, unknown))}, not a "
+            f"benchmark; choose from {', '.join(BASELINES)}"
+        )
+    if m.architecture == "linear" and d.covariates:
+        raise ConfigError(
+            "model.architecture=linear reads the target alone; drop data.covariates "
+            "or use model.architecture=recurrent"
+        )
+    if d.test_path is not None and d.path is None:
+        raise ConfigError(
+            "data.test_path gives the test values of data.path's series; set "
+            "data.path too"
+        )

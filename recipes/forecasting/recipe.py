@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rnnkit_recipes.forecasting.config import ForecastingConfig
+from rnnkit_recipes.forecasting.config import ForecastingConfig, check_values
 
 from rnnkit.recipe import Metrics, Recipe, RecipeData
 
@@ -60,10 +60,10 @@ class ForecastingRecipe(Recipe):
 
     def check_config(self, config: ForecastingConfig) -> None:
         super().check_config(config)
-        _check(config)
+        check_values(config)
 
     def load_data(self, config: ForecastingConfig) -> ForecastingData:
-        _check(config)
+        check_values(config)
         return load(config)
 
     def build_model(self, config: ForecastingConfig, data: ForecastingData):
@@ -200,52 +200,6 @@ class ForecastingRecipe(Recipe):
 # -- Checks ---------------------------------------------------------------------------
 
 
-def _check(config: ForecastingConfig) -> None:
-    from rnnkit.errors import ConfigError
-
-    d, m = config.data, config.model
-    if d.input_length % m.segment_length:
-        raise ConfigError(
-            f"model.segment_length={m.segment_length} must divide "
-            f"data.input_length={d.input_length}; pick a divisor (1 reads step by step)"
-        )
-    quantiles = tuple(m.quantiles)
-    if not quantiles:
-        raise ConfigError("model.quantiles is empty; give at least one, such as 0.5")
-    if len(set(quantiles)) != len(quantiles):
-        raise ConfigError(
-            f"model.quantiles={quantiles} repeats a level; give each once"
-        )
-    from rnnkit_recipes.forecasting.evaluation import interval_ends
-
-    interval = config.evaluation.interval
-    if interval_ends(tuple(sorted(quantiles)), interval) is None:
-        low, high = (1 - interval) / 2, (1 + interval) / 2
-        raise ConfigError(
-            f"model.quantiles={quantiles} lacks {low:g} or {high:g}, the ends of "
-            f"evaluation.interval={interval:g} (scored by MSIS and coverage); add "
-            "them, or set evaluation.interval to the span of two of the quantiles"
-        )
-    from rnnkit_recipes.forecasting.baselines import BASELINES
-
-    unknown = [name for name in config.evaluation.benchmarks if name not in BASELINES]
-    if unknown:
-        raise ConfigError(
-            f"evaluation.benchmarks names {', '.join(map(repr, unknown))}, not a "
-            f"benchmark; choose from {', '.join(BASELINES)}"
-        )
-    if m.architecture == "linear" and d.covariates:
-        raise ConfigError(
-            "model.architecture=linear reads the target alone; drop data.covariates "
-            "or use model.architecture=recurrent"
-        )
-    if d.test_path is not None and d.path is None:
-        raise ConfigError(
-            "data.test_path gives the test values of data.path's series; set "
-            "data.path too"
-        )
-
-
 def _check_model_shape(model, config: ForecastingConfig) -> None:
     from rnnkit.errors import ConfigError
 
@@ -263,7 +217,7 @@ def _check_model_shape(model, config: ForecastingConfig) -> None:
 
 
 def _panel(config: ForecastingConfig, path: str | None):
-    from rnnkit_recipes.forecasting.data import load_panel
+    from rnnkit_recipes.forecasting.panel import load_panel
 
     d = config.data
     return load_panel(
@@ -280,7 +234,8 @@ def _panel(config: ForecastingConfig, path: str | None):
 def load(config: ForecastingConfig) -> ForecastingData:
     """The grid of the configured panel and its three splits."""
     import numpy as np
-    from rnnkit_recipes.forecasting.data import append_test, to_grid
+    from rnnkit_recipes.forecasting.data import to_grid
+    from rnnkit_recipes.forecasting.panel import append_test
 
     from rnnkit.errors import DataError
 

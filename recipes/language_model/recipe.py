@@ -51,12 +51,12 @@ from rnnkit_recipes.language_model.config import (
     carries_state,
 )
 
-from rnnkit.config import TransformerModelConfig
 from rnnkit.recipe import (
     ConfigError,
     Metrics,
     Recipe,
 )
+from rnnkit.shared_sections import TransformerModelConfig
 
 if TYPE_CHECKING:
     import keras

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from rnnkit.config import ScheduledTrainConfig, TransformerModelConfig
 from rnnkit.data.parallel_text import ANKI_SPA_ENG_URL
 from rnnkit.recipe import (
     DataConfig,
@@ -18,6 +17,7 @@ from rnnkit.recipe import (
     section,
 )
 from rnnkit.registry import recurrent_names
+from rnnkit.shared_sections import ScheduledTrainConfig, TransformerModelConfig
 
 
 @dataclasses.dataclass

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rnnkit_recipes.translation.config import TranslationConfig
 
-from rnnkit.config import TransformerModelConfig
 from rnnkit.recipe import (
     ConfigError,
     Metrics,
     Recipe,
 )
+from rnnkit.shared_sections import TransformerModelConfig
 
 if TYPE_CHECKING:
     import keras

@@ -23,16 +23,22 @@ class Vocabulary:
     sentence. Ordinary tokens follow by decreasing frequency, ties by the token, so
     the same corpus always gives the same ids.
 
+    A subclass may spell the four special tokens otherwise (`special_tokens`; the
+    captioning recipe's are `<unk>`, `<start>` and `<end>`); their ids stay 0 to 3.
+
     Args:
-        tokens: every token, starting with `SPECIAL_TOKENS`, each once.
+        tokens: every token, starting with `special_tokens`, each once.
     """
+
+    special_tokens: tuple[str, ...] = SPECIAL_TOKENS
 
     def __init__(self, tokens: Sequence[str]) -> None:
         tokens = list(tokens)
-        if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        specials = self.special_tokens
+        if tuple(tokens[: len(specials)]) != specials:
             raise ValueError(
-                f"tokens must start with the special tokens {SPECIAL_TOKENS}; "
-                f"received: {tokens[: len(SPECIAL_TOKENS)]}"
+                f"tokens must start with the special tokens {specials}; "
+                f"received: {tokens[: len(specials)]}"
             )
         if len(set(tokens)) != len(tokens):
             repeated = [t for t, n in collections.Counter(tokens).items() if n > 1]
@@ -54,9 +60,10 @@ class Vocabulary:
             max_size: the most tokens kept, special tokens included; None keeps all.
             min_frequency: tokens seen fewer times map to the unknown token.
         """
-        if max_size is not None and max_size <= len(SPECIAL_TOKENS):
+        specials = cls.special_tokens
+        if max_size is not None and max_size <= len(specials):
             raise ValueError(
-                f"max_size must be more than {len(SPECIAL_TOKENS)} (the special "
+                f"max_size must be more than {len(specials)} (the special "
                 f"tokens); received: {max_size}"
             )
         if min_frequency < 1:
@@ -64,13 +71,13 @@ class Vocabulary:
         counts = collections.Counter(
             token for sentence in sentences for token in sentence
         )
-        for special in SPECIAL_TOKENS:
+        for special in specials:
             counts.pop(special, None)
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         kept = [token for token, count in ranked if count >= min_frequency]
         if max_size is not None:
-            kept = kept[: max_size - len(SPECIAL_TOKENS)]
-        return cls([*SPECIAL_TOKENS, *kept])
+            kept = kept[: max_size - len(specials)]
+        return cls([*specials, *kept])
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -35,6 +35,9 @@ for it change together, behind the one public face of `rnnkit calibrate`.
     ... )
     >>> found.family, found.mode, found.compile == (found.ratio >= 1.03)
     ('GRU', 'inference', True)
+
+Over 500 lines: measuring, caching and choosing share one cache format and one key of
+the machine and shape; split apart, each would import the others' private helpers.
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ The checks from `one_epoch` on read one run, trained with `train.epochs=1` the f
 time one of them runs, so running them all trains once. A recipe that declares no
 export skips `export` (`skip=["export"]`); the check fails otherwise, as `rnnkit
 export` would. Keras and TensorFlow are imported when a check runs.
+
+Over 500 lines: it is one public checker whose checks run in order on one trained run
+(each reads what the one before it wrote); split by check, every part would import
+the shared run and its private helpers.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ Everything runs on the active Keras backend (TensorFlow, JAX or PyTorch); gradie
 come from `tf.GradientTape`, `jax.grad` on the layer's stateless call, or
 `torch.autograd.grad`. The individual `check_*` functions are public too; rnnkit's
 own tests call them with more options.
+
+Over 500 lines: it is one public checker, each check a short function that reads the
+same references, tolerances and test inputs (`RecurrentFamily`); split by check,
+every part would import the others' private helpers.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ the run directory that rnnkit.training.run_dir describes, `run.json` last. Recip
 never call `fit` themselves; tuning trials train through `fit` and
 `tuning_callbacks` too.
 
-Where it trains comes from rnnkit.training.runtime (seeds, device, strategy); several
-devices and machines from rnnkit.training.cluster, strategies, text_split and
-multi_worker. The command line and the recipes reach the run directory's names
-(`runner.load_run`, `runner.CONFIG_FILE`, ...) through this module as well.
+Its callbacks are rnnkit.training.callbacks', the training split's batches
+rnnkit.training.training_set's. Where it trains comes from rnnkit.training.runtime
+(seeds, device, strategy); several devices and machines from rnnkit.training.cluster,
+strategies, text_split and multi_worker. The command line and the recipes reach the
+run directory's names (`runner.load_run`, `runner.CONFIG_FILE`, ...) through this
+module as well.
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 from rnnkit.errors import (
     ConfigError,
-    DataError,
     RnnkitError,
     TrainingError,
     mark_run_dir,
 )
-from rnnkit.files import atomic_path, write_csv, write_json, write_text
+from rnnkit.files import write_json, write_text
 from rnnkit.metrics import mean_table
 from rnnkit.recipe import Recipe, RecipeConfig, RecipeData
+from rnnkit.training.callbacks import runner_callbacks
 from rnnkit.training.cluster import cluster_from_environment
 from rnnkit.training.multi_worker import fit_multiworker, weights_fingerprint
 from rnnkit.training.run_dir import (
-    BACKUP_DIR,
     CLAIM_FILE,
     CONFIG_FILE,
     HISTORY_FILE,
@@ -46,7 +47,6 @@ from rnnkit.training.run_dir import (
     MODEL_FILE,
     PLOT_DIR,
     RUN_FILE,
-    TENSORBOARD_DIR,
     config_header,
     discard_unstarted,
     load_model,
@@ -67,6 +67,7 @@ from rnnkit.training.runtime import (
 )
 from rnnkit.training.strategies import describe_batch, is_multiworker
 from rnnkit.training.text_split import split_text_model
+from rnnkit.training.training_set import training_set
 
 if TYPE_CHECKING:
     import keras
@@ -115,193 +116,7 @@ class RunResult:
     weights_fingerprint: str | None = None
 
 
-# -- Callbacks and fit ---------------------------------------------------------------
-
-
-def _history_callback(
-    path: Path, rows: list[dict[str, float]]
-) -> keras.callbacks.Callback:
-    import keras
-
-    class HistoryFile(keras.callbacks.Callback):
-        """Rewrites history.csv after every epoch, keeping the rows of earlier runs."""
-
-        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            row = {"epoch": float(epoch + 1)}
-            row.update({k: float(v) for k, v in (logs or {}).items()})
-            rows[:] = [r for r in rows if r["epoch"] < epoch + 1] + [row]
-            write_csv(path, rows)
-
-    return HistoryFile()
-
-
-RESUME_STATE_FILE = "resume_state.json"  # in the backup folder
-# Its name in runs interrupted before 2026-11-28, still read when resuming them.
-_OLD_RESUME_STATE_FILE = "random_state.json"
-
-
-def _resume_state_callback(
-    path: Path, train_data: Any, early_stopping: Any = None
-) -> keras.callbacks.Callback:
-    """Saves, beside `BackupAndRestore`'s backup, what it leaves out: the state of
-    the random streams of training and of early stopping. A resumed run then continues
-    them where they stood; without this it replays the masks (dropout, recurrent
-    dropout) and batch orders of its first epochs, so that those epochs' training loss
-    reads low and the model sees those draws twice, and its early stopping starts
-    counting afresh.
-
-    - The seed generators of the model's layers (dropout masks; every rnnkit layer
-      draws from its own): their states are not in the backup's weights. Written
-      after each epoch with the epoch's number, the previous epoch's kept beside them
-      (the backup falls back to the previous epoch's weights when the last are
-      damaged), and restored only into a backup of the same epoch. Not saved: Keras's
-      global generator (`keras.random.*` with `seed=None`).
-    - A `tf.data` training set that reshuffles each epoch (arrays become one in
-      `training_set`): each iterator taken from it draws the next order, so a run
-      resumed after epoch k first takes as many as `fit` had taken on one device
-      (`_keras_private.fit_iterators_per_epoch`; no elements are read). `train_data`
-      None (the multi-worker loop): orders start again.
-    - `early_stopping`'s count of epochs without improvement, its best loss and the
-      best epoch's weights (`best.<epoch>.npz` beside the state), which it resets when
-      training begins: else a run resumed after its best epoch would stop later and
-      restore the best of the resumed epochs only.
-    Must come after `BackupAndRestore` and `early_stopping` among the callbacks; a
-    test compares a resumed run's history and test figures with an uninterrupted
-    one's."""
-    import keras
-    import numpy as np
-
-    from rnnkit import _keras_private
-
-    def states(model: keras.Model) -> list[Any]:
-        return [v for v in model.variables if v.name == "seed_generator_state"]
-
-    class ResumeState(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.last: dict[str, Any] = {}  # the entry written last (or restored)
-
-        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            if not path.parent.is_dir():  # BackupAndRestore writes the folder
-                return
-            saved = self.last
-            current = {
-                "epoch": epoch + 1,
-                "seed_generators": [
-                    np.asarray(v.numpy()).tolist() for v in states(self.model)
-                ],
-            }
-            if early_stopping is not None:
-                current["early_stopping"] = self._early_stopping_state(epoch, saved)
-            write_json(path, {**current, "previous": saved})
-            self.last = current
-            kept = {
-                entry.get("early_stopping", {}).get("weights")
-                for entry in (current, saved)
-            }
-            for old in path.parent.glob("best.*.npz"):
-                if old.name not in kept:
-                    old.unlink()
-
-        def _early_stopping_state(self, epoch: int, saved: dict) -> dict[str, Any]:
-            weights = saved.get("early_stopping", {}).get("weights")
-            if early_stopping.best_weights is not None and (
-                early_stopping.best_epoch == epoch or weights is None
-            ):
-                weights = f"best.{early_stopping.best_epoch + 1}.npz"
-                with atomic_path(path.parent / weights) as temporary:
-                    with open(temporary, "wb") as handle:
-                        np.savez(handle, *early_stopping.best_weights)
-            best = early_stopping.best
-            return {
-                "wait": int(early_stopping.wait),
-                "best": None if best is None else float(best),
-                "best_epoch": int(early_stopping.best_epoch),
-                "weights": weights,
-            }
-
-        def _restore_early_stopping(self, state: dict[str, Any]) -> None:
-            early_stopping.wait = state["wait"]
-            early_stopping.best = state["best"]
-            early_stopping.best_epoch = state["best_epoch"]
-            if state["weights"] is not None:
-                with np.load(path.parent / state["weights"]) as arrays:
-                    early_stopping.best_weights = [
-                        arrays[f"arr_{i}"] for i in range(len(arrays.files))
-                    ]
-
-        def on_train_begin(self, logs: dict | None = None) -> None:
-            epoch = _keras_private.initial_epoch(self.model)
-            if not epoch:
-                return
-            saved = _read_resume_state(path)
-            variables = states(self.model)
-            for entry in (saved, saved.get("previous") or {}):
-                values = entry.get("seed_generators", ())
-                if entry.get("epoch") == epoch and len(values) == len(variables):
-                    for variable, value in zip(variables, values, strict=True):
-                        variable.assign(np.asarray(value, dtype=variable.dtype))
-                    if early_stopping is not None and "early_stopping" in entry:
-                        self._restore_early_stopping(entry["early_stopping"])
-                    self.last = {k: v for k, v in entry.items() if k != "previous"}
-                    break
-            else:
-                log.warning(
-                    "the backup holds no random state of epoch %d: the resumed "
-                    "epochs draw the first epochs' dropout masks again",
-                    epoch,
-                )
-            if hasattr(train_data, "as_numpy_iterator"):  # a tf.data.Dataset
-                per_epoch = _keras_private.fit_iterators_per_epoch(train_data)
-                for _ in range(epoch * (per_epoch or 0)):
-                    iter(train_data)
-
-    return ResumeState()
-
-
-def _read_resume_state(path: Path) -> dict[str, Any]:
-    import json
-
-    for candidate in (path, path.with_name(_OLD_RESUME_STATE_FILE)):
-        try:
-            return json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-    return {}
-
-
-def _callbacks(
-    config: RecipeConfig,
-    run_dir: Path | None,
-    history_rows: list[dict[str, float]],
-    extra: Sequence[keras.callbacks.Callback] = (),
-    train_data: Any = None,
-) -> list[keras.callbacks.Callback]:
-    import keras
-
-    callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
-    early_stopping = None
-    if config.train.patience > 0:
-        early_stopping = keras.callbacks.EarlyStopping(
-            monitor="val_loss",
-            patience=config.train.patience,
-            restore_best_weights=True,
-        )
-        callbacks.append(early_stopping)
-    if run_dir is not None:
-        callbacks += [
-            keras.callbacks.BackupAndRestore(
-                str(run_dir / BACKUP_DIR), double_checkpoint=True
-            ),
-            _resume_state_callback(
-                run_dir / BACKUP_DIR / RESUME_STATE_FILE, train_data, early_stopping
-            ),
-            keras.callbacks.TensorBoard(
-                log_dir=str(run_dir / TENSORBOARD_DIR), write_graph=False
-            ),
-            _history_callback(run_dir / HISTORY_FILE, history_rows),
-        ]
-    return callbacks + list(extra)
+# -- Fit ---------------------------------------------------------------------------
 
 
 def fit(
@@ -327,74 +142,6 @@ def fit(
     common.update(overrides)
     # A dataset shuffles itself (Keras warns if asked to shuffle one).
     return model.fit(training_set(data.train, config), shuffle=False, **common)
-
-
-def training_set(train: Any, config: RecipeConfig) -> Any:
-    """The training split as `fit` takes it: a `tf.data.Dataset` unchanged; a tuple
-    `(x, y[, sample_weight])` of arrays (or dicts / tuples of them) as batches of
-    `train.batch_size`, in a new order each epoch when `train.shuffle` (the orders
-    drawn from `train.seed`).
-
-    Keras's own shuffling of arrays draws one order for every epoch once a global
-    seed is set (it re-creates its `tf.random.shuffle` with each epoch's iterator,
-    Keras 3.15 on TensorFlow), so a seeded run saw the same batches every epoch.
-    The order is drawn as `tf.data` reshuffles it, which the resume callback moves on
-    with the epochs (the shuffle fills its buffer one index at a time: about a second
-    an epoch per million examples). As in Keras, lists are tuples, whole batches are
-    gathered at once, the arrays ride in the pipeline's elements (not as graph
-    constants, which stop at 2 GB), and floating-point arrays become Keras's float
-    type."""
-    if not isinstance(train, tuple):
-        return train
-    import keras
-    import tensorflow as tf
-
-    parts = list(keras.tree.lists_to_tuples(train))
-    while parts and parts[-1] is None:  # (x, y, None): no sample weights
-        parts.pop()
-
-    def tensor(array: Any) -> Any:
-        value = tf.convert_to_tensor(array)
-        if value.dtype.is_floating:
-            value = tf.cast(value, keras.backend.floatx())
-        return value
-
-    try:
-        tensors = tf.nest.map_structure(tensor, tuple(parts))
-    except (TypeError, ValueError) as error:
-        raise DataError(
-            f"the training split is not arrays that can be batched ({error}): give "
-            "(inputs, targets) as numpy arrays, or dicts or tuples of them"
-        ) from None
-    leaves = tf.nest.flatten(tensors)
-    counts = {int(leaf.shape[0]) if leaf.shape.rank else 0 for leaf in leaves}
-    if len(counts) != 1:
-        raise DataError(
-            f"the training split's arrays hold different numbers of examples "
-            f"({', '.join(map(str, sorted(counts)))}): give inputs and targets one "
-            "row per example"
-        )
-    (count,) = counts
-    if count == 0:
-        raise DataError(
-            "the training split holds no examples: check the data source and the "
-            "split fractions"
-        )
-    indices = tf.data.Dataset.range(count)
-    if config.train.shuffle:
-        indices = indices.shuffle(
-            count, seed=config.train.seed, reshuffle_each_iteration=True
-        )
-    whole = tf.data.Dataset.from_tensors(tensors)
-
-    def gather(batch: Any, tensors: Any) -> Any:
-        return tf.nest.map_structure(lambda t: tf.gather(t, batch), tensors)
-
-    return (
-        tf.data.Dataset.zip(indices.batch(config.train.batch_size), whole.repeat())
-        .map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:
@@ -618,7 +365,7 @@ def _train_run(
     of array splits, not kept through evaluation."""
     multiworker = is_multiworker(strategy)
     train_data = None if multiworker else training_set(data.train, config)
-    callback_list = _callbacks(
+    callback_list = runner_callbacks(
         config,
         run_dir,
         history_rows,
@@ -690,7 +437,9 @@ def backtest(
         log.info("backtest fold %d/%d", index, len(folds))
         keras.utils.set_random_seed(config.train.seed)
         model = _build(recipe, config, fold_data, strategy)
-        callbacks = _callbacks(config, None, [], recipe.callbacks(config, fold_data))
+        callbacks = runner_callbacks(
+            config, None, [], recipe.callbacks(config, fold_data)
+        )
         history = fit(model, fold_data, config, callbacks, verbose)
         _check_finite(history, config)
         tables.append(recipe.evaluate(model, fold_data, config))
@@ -699,7 +448,7 @@ def backtest(
 
 def tuning_callbacks(config: RecipeConfig) -> list[keras.callbacks.Callback]:
     """The callbacks a tuning trial uses: NaN stop and early stopping."""
-    return _callbacks(config, None, [])
+    return runner_callbacks(config, None, [])
 
 
 def _timestamp(seconds: float) -> str:

@@ -23,7 +23,7 @@ log = logging.getLogger("rnnkit")
 
 
 @dataclasses.dataclass(frozen=True)
-class TextSplit:
+class TextModelSplit:
     """A text model cut in two for `MirroredStrategy`: the layer that turns strings
     into numbers (run in the input pipeline, on the host) and the rest of the model
     (trained on the replicas). Both share their layers with the whole model, so
@@ -54,7 +54,7 @@ class TextSplit:
         return keras.ops.convert_to_numpy(self.preprocessing(texts))
 
 
-def split_text_model(model: keras.Model, strategy: Any) -> TextSplit | None:
+def split_text_model(model: keras.Model, strategy: Any) -> TextModelSplit | None:
     """For a model that reads strings, on several replicas of one process
     (`MirroredStrategy`): the model cut after its string-reading layer, compiled as
     `model` is; `None` when no cut is needed (one replica, multi-worker, numbers in).
@@ -109,7 +109,7 @@ def split_text_model(model: keras.Model, strategy: Any) -> TextSplit | None:
         "mirrored text model: %s runs in the input pipeline, the rest on the replicas",
         preprocessing.name,
     )
-    return TextSplit(preprocessing, core)
+    return TextModelSplit(preprocessing, core)
 
 
 def _inputs_of(layer: keras.layers.Layer) -> list[Any]:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rnnkit_recipes.forecasting import data as fdata
+from rnnkit_recipes.forecasting import panel as fpanel
 
 from rnnkit.errors import DataError
 from tests.shared_data import SHARED_DATA, require
@@ -43,7 +44,7 @@ def hourly(series="a", start="2024-01-01", count=6, offset=0.0):
 def test_long_file_reads_series_times_and_covariates(tmp_path):
     rows = hourly("a") + hourly("b", start="2024-01-01 02:00", count=3, offset=100)
     path = long_file(tmp_path, rows[::-1])  # any row order
-    panel = fdata.read_long(path, covariates=("temp",))
+    panel = fpanel.read_long(path, covariates=("temp",))
     assert panel.ids == ["b", "a"]  # first appearance in the file
     a = panel.ids.index("a")
     np.testing.assert_array_equal(panel.values[a], np.arange(6.0))
@@ -63,7 +64,7 @@ def test_long_file_reads_series_times_and_covariates(tmp_path):
 def test_wide_file_is_read_as_m4(tmp_path):
     path = tmp_path / "wide.csv"
     path.write_text('"V1","V2","V3","V4"\n"H1",1,2,3\n"H2",4,5,\n')
-    panel = fdata.load_panel(str(path))
+    panel = fpanel.load_panel(str(path))
     assert panel.ids == ["H1", "H2"] and panel.times is None
     np.testing.assert_array_equal(panel.values[1], [4.0, 5.0])
 
@@ -71,7 +72,7 @@ def test_wide_file_is_read_as_m4(tmp_path):
 def test_a_missing_time_becomes_a_missing_value(tmp_path):
     rows = hourly("a", count=6)
     del rows[2]
-    panel = fdata.read_long(long_file(tmp_path, rows))
+    panel = fpanel.read_long(long_file(tmp_path, rows))
     assert len(panel.values[0]) == 6
     assert np.isnan(panel.values[0][2])
     grid = fdata.to_grid(panel, 1, 1)
@@ -120,7 +121,7 @@ def test_a_missing_time_becomes_a_missing_value(tmp_path):
 def test_bad_long_files_are_one_line_errors(tmp_path, change, message):
     path = long_file(tmp_path, change(hourly("a")))
     with pytest.raises(DataError, match=message) as error:
-        fdata.read_long(path)
+        fpanel.read_long(path)
     assert "\n" not in str(error.value)
 
 
@@ -131,31 +132,31 @@ def test_unknown_columns_and_empty_files_are_named(tmp_path):
         match="no target column 'sales' \\(the file has: id, time, target, temp\\); "
         "set data.target_column",
     ):
-        fdata.read_long(path, target_column="sales")
+        fpanel.read_long(path, target_column="sales")
     with pytest.raises(DataError, match="no covariate column 'price'"):
-        fdata.read_long(path, covariates=("price",))
+        fpanel.read_long(path, covariates=("price",))
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     with pytest.raises(DataError, match="is empty"):
-        fdata.load_panel(str(empty))
+        fpanel.load_panel(str(empty))
     header_only = tmp_path / "header.csv"
     header_only.write_text("id,time,target\n")
     with pytest.raises(DataError, match="holds no rows"):
-        fdata.load_panel(str(header_only))
+        fpanel.load_panel(str(header_only))
     with pytest.raises(DataError, match="no data file at"):
-        fdata.load_panel(str(tmp_path / "missing.csv"))
+        fpanel.load_panel(str(tmp_path / "missing.csv"))
 
 
 def test_a_series_of_nothing_but_missing_values_is_refused(tmp_path):
     rows = hourly("a") + [{**r, "target": None} for r in hourly("b")]
     with pytest.raises(DataError, match="series b holds no target value"):
-        fdata.read_long(long_file(tmp_path, rows))
+        fpanel.read_long(long_file(tmp_path, rows))
 
 
 def test_file_without_id_or_time_is_one_series_in_file_order(tmp_path):
     path = tmp_path / "one.csv"
     path.write_text("target\n3\n1\n2\n")
-    panel = fdata.read_long(path)
+    panel = fpanel.read_long(path)
     assert panel.ids == ["series"] and panel.times is None
     np.testing.assert_array_equal(panel.values[0], [3.0, 1.0, 2.0])
 
@@ -164,7 +165,7 @@ def test_windows_gather_what_numpy_slicing_gives():
     rng = np.random.default_rng(0)
     values = [rng.normal(100, 5, 40), rng.normal(10, 1, 25)]
     values[0][7] = np.nan
-    panel = fdata.Panel(["x", "y"], values, None, None, None, (), "test")
+    panel = fpanel.Panel(["x", "y"], values, None, None, None, (), "test")
     grid = fdata.to_grid(panel, test_steps=4, validation_steps=4)
     periods = fdata.time_periods(None, 12)
     windows = fdata.Windows(grid, 8, 4, periods, grid.ids, "mean_abs")
@@ -217,7 +218,7 @@ def test_weekly_ticks_count_weeks_and_quarterly_ticks_count_quarters():
         ("QE-DEC", "2024-03-31", (2024 - 1970) * 4),
     ):
         times = pd.date_range(first, periods=3, freq=frequency)
-        panel = fdata.Panel(["a"], [np.ones(3)], [times], frequency, None, (), "t")
+        panel = fpanel.Panel(["a"], [np.ones(3)], [times], frequency, None, (), "t")
         grid = fdata.to_grid(panel, 1, 1)
         np.testing.assert_array_equal(grid.ticks[0], expected + np.arange(3))
 
@@ -228,34 +229,34 @@ def test_times_with_zones_are_read_in_utc_and_numbers_are_not_times(tmp_path):
         {"time": "2024-03-31 01:00+01:00", "target": 2.0},
         {"time": "2024-03-31 03:00+02:00", "target": 3.0},  # daylight saving
     ]
-    panel = fdata.read_long(long_file(tmp_path, rows))
+    panel = fpanel.read_long(long_file(tmp_path, rows))
     assert list(panel.times[0].strftime("%H:%M")) == ["23:00", "00:00", "01:00"]
     np.testing.assert_array_equal(panel.values[0], [1.0, 2.0, 3.0])
     numbered = long_file(
         tmp_path, [{"time": i, "target": 1.0} for i in range(3)], "n.csv"
     )
     with pytest.raises(DataError, match="holds numbers, not times"):
-        fdata.read_long(numbered)
+        fpanel.read_long(numbered)
 
 
 def test_m4_test_file_is_appended_and_checked(tmp_path):
     require(M4 / "m4_hourly_train.csv.gz")
-    panel = fdata.load_panel(str(M4 / "m4_hourly_train.csv.gz"))
+    panel = fpanel.load_panel(str(M4 / "m4_hourly_train.csv.gz"))
     assert len(panel.ids) == 414 and panel.times is None
-    joined, steps = fdata.append_test(panel, M4 / "m4_hourly_test.csv.gz")
+    joined, steps = fpanel.append_test(panel, M4 / "m4_hourly_test.csv.gz")
     assert steps == 48
     assert len(joined.values[0]) == len(panel.values[0]) + 48
     other = tmp_path / "other.csv"
     other.write_text('"V1","V2"\n"X1",1\n')
     with pytest.raises(DataError, match="no test values for 414 series \\(H1, ...\\)"):
-        fdata.append_test(panel, other)
+        fpanel.append_test(panel, other)
 
 
 def test_seasonal_difference_weights_are_one_over_mases_scale():
     rng = np.random.default_rng(2)
     values = [rng.normal(50, 5, 60)]
     values[0][20] = np.nan
-    panel = fdata.Panel(["x"], values, None, None, None, (), "test")
+    panel = fpanel.Panel(["x"], values, None, None, None, (), "test")
     grid = fdata.to_grid(panel, test_steps=5, validation_steps=5)
     windows = fdata.Windows(grid, 24, 5, (), None, "standard", "seasonal_difference", 7)
     rows = np.array([[0, 30], [0, 45]])

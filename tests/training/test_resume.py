@@ -22,7 +22,7 @@ from rnnkit_recipes.translation.recipe import TranslationRecipe
 
 from rnnkit import config as config_lib
 from rnnkit.recipe import RecipeData
-from rnnkit.training import runner
+from rnnkit.training import callbacks, run_dir, runner
 from tests.shared_data import require
 from tests.stock_support import ROOT
 from tests.stock_support import SMOKE_CONFIG as STOCK_SMOKE
@@ -126,7 +126,7 @@ def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
     stops = CASES[case][1]
     stopped_after = stops[-1]
     whole = runner.run(recipe, config, tmp_path / "whole", verbose=0)
-    backup = tmp_path / "resumed" / runner.BACKUP_DIR
+    backup = tmp_path / "resumed" / run_dir.BACKUP_DIR
     for number, stop in enumerate(stops):
         with pytest.raises(KeyboardInterrupt):
             runner.run(
@@ -137,9 +137,9 @@ def test_a_resumed_run_repeats_the_uninterrupted_run(tmp_path, caplog, case):
                 verbose=0,
                 callbacks=[StopAfterEpoch(stop)],
             )
-        assert (backup / runner.RESUME_STATE_FILE).is_file()
+        assert (backup / callbacks.RESUME_STATE_FILE).is_file()
     if case.endswith("old-state-file"):
-        (backup / runner.RESUME_STATE_FILE).rename(backup / "random_state.json")
+        (backup / callbacks.RESUME_STATE_FILE).rename(backup / "random_state.json")
     begun = EpochsBegun()
     with caplog.at_level(logging.WARNING, logger="rnnkit"):
         resumed = runner.run(

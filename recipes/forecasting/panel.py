@@ -1,0 +1,429 @@
+"""Panels of series as read from files: long and wide layouts, CSV or Parquet.
+
+A panel is many related series (load per feeder, sales per store, the M4 competition's
+414 hourly series), forecast by one global model. Two file layouts are read, from CSV
+(optionally compressed) or Parquet:
+
+- long: one row per series and time, `id, time, target, covariates...` (the names are
+  configurable; without an id column the file is one series; without a time column the
+  rows are taken as consecutive steps in file order);
+- wide: one row per series, its id then its values left-aligned, the rest of the row
+  empty: the M4 competition's files (`Hourly-train.csv`, `"V1","V2",...`).
+
+Missing values (NaN, a gap in the time column) stay NaN; rnnkit_recipes.forecasting.data
+puts the panel on a grid and cuts it into windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from rnnkit.errors import DataError
+
+log = logging.getLogger("rnnkit")
+
+# The default data: half-hourly electricity demand of England and Wales, Monday
+# 5 June 2000 to Sunday 27 August 2000 (Taylor 2003), shipped in pmdarima.
+DEFAULT_SOURCE = "Taylor's half-hourly electricity demand, England and Wales, 2000"
+DEFAULT_START = "2000-06-05 00:00"
+DEFAULT_FREQUENCY = "30min"
+
+
+@dataclasses.dataclass
+class Panel:
+    """Series as read: ids, values (float64, NaN where missing) and times.
+
+    `times[i]` is a `pandas.DatetimeIndex` on a regular `frequency`, or None when the
+    source has no time column (then `frequency` is None too). `covariates[i]` is
+    (steps, len(covariate_names)) or None.
+    """
+
+    ids: list[str]
+    values: list[np.ndarray]
+    times: list | None
+    frequency: str | None
+    covariates: list[np.ndarray] | None
+    covariate_names: tuple[str, ...]
+    source: str
+
+
+# -- Reading -------------------------------------------------------------------------
+
+
+def _read_table(path: Path):
+    import pandas as pd
+
+    if not path.is_file():
+        raise DataError(f"no data file at {path}; give a CSV or Parquet file")
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise DataError(
+            f"{path} is empty; give a file with a header and rows"
+        ) from None
+    except ImportError as error:  # Parquet without pyarrow or fastparquet
+        raise DataError(
+            f"cannot read {path}: {error}; install pyarrow or give a CSV file"
+        ) from None
+    # ParserError and UnicodeDecodeError are ValueErrors; a damaged .gz is an OSError.
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(f"cannot read {path} as a table: {message}") from None
+    if frame.empty:
+        raise DataError(f"{path} holds no rows")
+    return frame
+
+
+def read_m4(path: str | Path) -> dict[str, np.ndarray]:
+    """The series of an M4 file (`Hourly-train.csv`, or gzipped) as {id: values},
+    in the file's order, each a float64 array without the row's empty tail."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"no M4 file at {path}; give the path of an M4 CSV file")
+    try:
+        frame = pd.read_csv(path, index_col=0)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path} is empty; give an M4 CSV file") from None
+    except (ValueError, pd.errors.ParserError, EOFError, OSError) as error:
+        raise DataError(f"{path} is not an M4 CSV file: {error}") from None
+    if frame.empty:
+        raise DataError(f"{path} holds no series")
+    return _wide_rows(frame, path)
+
+
+def _wide_rows(frame, path: Path) -> dict[str, np.ndarray]:
+    import pandas as pd
+
+    series = {}
+    numeric = frame.apply(pd.to_numeric, errors="coerce")
+    for series_id, row in numeric.iterrows():
+        values = row.to_numpy(dtype=np.float64)
+        original = frame.loc[series_id]
+        if isinstance(original, pd.DataFrame):
+            raise DataError(
+                f"{path}: series {series_id} appears in more than one row; give each "
+                "series one row"
+            )
+        text = original[np.isnan(values) & original.notna().to_numpy()]
+        if len(text):
+            raise DataError(
+                f"{path}: series {series_id} holds a non-numeric value "
+                f"{str(text.iloc[0])!r} (column {text.index[0]}); wide rows hold "
+                "numbers"
+            )
+        if np.isnan(values).all():
+            raise DataError(f"{path}: series {series_id} holds no number")
+        last = int(np.flatnonzero(~np.isnan(values))[-1])
+        values = values[: last + 1]
+        if np.isnan(values).any():
+            raise DataError(
+                f"{path}: series {series_id} has a gap (an empty value before its "
+                "last one); wide rows hold their values left-aligned (write gaps as "
+                "a long file with a time column)"
+            )
+        series[str(series_id)] = values
+    return series
+
+
+def read_wide(path: str | Path) -> Panel:
+    """A wide file (M4's layout) as a panel without times."""
+    path = Path(path)
+    frame = _read_table(path)
+    frame = frame.set_index(frame.columns[0])
+    series = _wide_rows(frame, path)
+    return Panel(
+        ids=list(series),
+        values=list(series.values()),
+        times=None,
+        frequency=None,
+        covariates=None,
+        covariate_names=(),
+        source=path.name,
+    )
+
+
+def _column(frame, name: str, role: str, path: Path, key: str) -> str:
+    if name in frame.columns:
+        return name
+    lowered = {str(c).lower(): c for c in frame.columns}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    columns = ", ".join(str(c) for c in frame.columns)
+    raise DataError(
+        f"{path}: no {role} column {name!r} (the file has: {columns}); set {key}=NAME"
+    )
+
+
+def read_long(
+    path: str | Path,
+    *,
+    id_column: str = "id",
+    time_column: str = "time",
+    target_column: str = "target",
+    covariates: tuple[str, ...] = (),
+    frequency: str | None = None,
+) -> Panel:
+    """A long file (one row per series and time) as a panel.
+
+    Without an `id_column` in the file the whole file is one series; without a
+    `time_column` its rows are consecutive steps in file order. Times must be unique
+    within a series and on a regular grid: the frequency is `frequency` (a pandas
+    offset alias, "H", "30min", "D", ...) or, if None, the most common step between
+    consecutive times. A time missing from the grid becomes a missing value (NaN),
+    which the model is told about; a time off the grid is an error.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    frame = _read_table(path)
+    target = _column(frame, target_column, "target", path, "data.target_column")
+    names = [
+        _column(frame, name, "covariate", path, "data.covariates")
+        for name in covariates
+    ]
+    has_id = id_column in frame.columns or id_column.lower() in {
+        str(c).lower() for c in frame.columns
+    }
+    ids = (
+        frame[_column(frame, id_column, "id", path, "data.id_column")].astype(str)
+        if has_id
+        else pd.Series(["series"] * len(frame), index=frame.index)
+    )
+    has_time = time_column in frame.columns or time_column.lower() in {
+        str(c).lower() for c in frame.columns
+    }
+    for name in (target, *names):
+        numbers = pd.to_numeric(frame[name], errors="coerce")
+        bad = numbers.isna() & frame[name].notna()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(
+                f"{path}: column {name!r} holds a non-numeric value "
+                f"{str(frame[name].iloc[row])!r} (row {row + 2}); give numbers (an "
+                "empty cell is a missing value)"
+            )
+        values = numbers.to_numpy(dtype=np.float64)
+        if np.isinf(values).any():
+            row = int(np.flatnonzero(np.isinf(values))[0])
+            raise DataError(
+                f"{path}: column {name!r} holds an infinite value (row {row + 2}); "
+                "leave the cell empty to mark it missing"
+            )
+        frame[name] = values
+    times = None
+    if has_time:
+        column = _column(frame, time_column, "time", path, "data.time_column")
+        if pd.api.types.is_numeric_dtype(frame[column]):
+            raise DataError(
+                f"{path}: column {column!r} holds numbers, not times; give dates or "
+                "times, or rename the column to read the rows as consecutive steps"
+            )
+        try:
+            # A time with a zone is read in UTC (daylight saving gives one file two
+            # offsets); a time without one is kept as written.
+            times = pd.to_datetime(frame[column], format="mixed", utc=True)
+        except (ValueError, TypeError) as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise DataError(
+                f"{path}: column {column!r} is not a time column ({reason}); set "
+                "data.time_column to the column of times"
+            ) from None
+        if times.isna().any():
+            row = int(np.flatnonzero(times.isna().to_numpy())[0])
+            raise DataError(
+                f"{path}: column {column!r} has an empty time (row {row + 2})"
+            )
+        times = times.dt.tz_convert(None)
+    frame = frame.assign(_id=ids.to_numpy())
+    if times is not None:
+        frame = frame.assign(_time=times.to_numpy())
+    panel_ids, panel_values, panel_times, panel_covariates = [], [], [], []
+    step = None
+    if times is not None:
+        step = _frequency(frame, path, frequency)
+    for series_id, rows in frame.groupby("_id", sort=False):
+        if times is not None:
+            rows = rows.sort_values("_time", kind="stable")
+            stamps = pd.DatetimeIndex(rows["_time"])
+            duplicated = stamps.duplicated()
+            if duplicated.any():
+                raise DataError(
+                    f"{path}: series {series_id} has {int(duplicated.sum())} "
+                    f"duplicated time(s), the first {stamps[duplicated][0]}; keep one "
+                    "row per time "
+                    "(sum or average the duplicates)"
+                )
+            grid = pd.date_range(stamps[0], stamps[-1], freq=step)
+            off_grid = ~stamps.isin(grid)
+            if off_grid.any():
+                raise DataError(
+                    f"{path}: series {series_id} has a time off its {step} grid "
+                    f"({stamps[off_grid][0]}); set data.frequency to the data's "
+                    "spacing "
+                    "or resample the series"
+                )
+            rows = rows.set_index("_time").reindex(grid)
+            if len(grid) > len(stamps):
+                log.info(
+                    "%s: series %s misses %d of %d times on its %s grid; they are "
+                    "missing values", path.name, series_id, len(grid) - len(stamps),
+                    len(grid), step,
+                )  # fmt: skip
+            panel_times.append(grid)
+        values = rows[target].to_numpy(dtype=np.float64)
+        if np.isnan(values).all():
+            raise DataError(f"{path}: series {series_id} holds no target value")
+        panel_ids.append(str(series_id))
+        panel_values.append(values)
+        if names:
+            panel_covariates.append(rows[names].to_numpy(dtype=np.float64))
+    return Panel(
+        ids=panel_ids,
+        values=panel_values,
+        times=panel_times if times is not None else None,
+        frequency=None if step is None else step,
+        covariates=panel_covariates if names else None,
+        covariate_names=tuple(names),
+        source=path.name,
+    )
+
+
+def _frequency(frame, path: Path, frequency: str | None) -> str:
+    """The grid's step: `frequency`, or the most common step between times."""
+    import pandas as pd
+
+    if frequency is not None:
+        try:
+            offset = pd.tseries.frequencies.to_offset(frequency)
+        except ValueError:
+            raise DataError(
+                f"data.frequency={frequency!r} is not a pandas frequency; give one "
+                "such as 'h', '30min', 'D' or 'W-SUN'"
+            ) from None
+        return offset.freqstr
+    steps = (
+        frame.sort_values(["_id", "_time"])
+        .groupby("_id", sort=False)["_time"]
+        .diff()
+        .dropna()
+    )
+    steps = steps[steps > pd.Timedelta(0)]
+    if steps.empty:
+        raise DataError(
+            f"{path}: no series has two distinct times, so the spacing is unknown; "
+            "set data.frequency"
+        )
+    common = steps.mode().iloc[0]
+    return pd.tseries.frequencies.to_offset(common).freqstr
+
+
+def default_panel() -> Panel:
+    """Taylor's half-hourly electricity demand (4,032 steps, 12 weeks), from the
+    pmdarima package rnnkit already depends on: daily and weekly seasons."""
+    import pandas as pd
+
+    try:
+        from pmdarima.datasets import load_taylor
+    except ImportError:
+        raise DataError(
+            "the default data (Taylor's electricity demand) comes from the pmdarima "
+            "package, which is not installed; install it or give a file with "
+            "--set data.path=FILE"
+        ) from None
+    values = np.asarray(load_taylor(), dtype=np.float64)
+    times = pd.date_range(DEFAULT_START, periods=len(values), freq=DEFAULT_FREQUENCY)
+    return Panel(
+        ids=["england_wales"],
+        values=[values],
+        times=[times],
+        frequency=times.freqstr,
+        covariates=None,
+        covariate_names=(),
+        source=DEFAULT_SOURCE,
+    )
+
+
+def load_panel(
+    path: str | None,
+    *,
+    layout: str = "auto",
+    id_column: str = "id",
+    time_column: str = "time",
+    target_column: str = "target",
+    covariates: tuple[str, ...] = (),
+    frequency: str | None = None,
+) -> Panel:
+    """The panel of `path` (the default data when None). `layout` "auto" reads a file
+    as wide when its header is M4's ("V1", "V2", ...) and as long otherwise."""
+    if path is None:
+        if covariates:
+            raise DataError(
+                "data.covariates names columns of a file, and the default data has "
+                "none; give the file with --set data.path=FILE"
+            )
+        return default_panel()
+    file = Path(path)
+    if layout == "auto":
+        layout = "wide" if _looks_wide(file) else "long"
+    if layout == "wide":
+        if covariates:
+            raise DataError(
+                "data.covariates needs a long file (one row per series and time); "
+                "a wide file holds only the target"
+            )
+        return read_wide(file)
+    return read_long(
+        file,
+        id_column=id_column,
+        time_column=time_column,
+        target_column=target_column,
+        covariates=covariates,
+        frequency=frequency,
+    )
+
+
+def _looks_wide(path: Path) -> bool:
+    import pandas as pd
+
+    if not path.is_file() or path.suffix.lower() in (".parquet", ".pq"):
+        return False
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+    except (ValueError, EOFError, OSError, pd.errors.EmptyDataError):
+        return False
+    return len(header) > 2 and all(
+        str(name).upper() == f"V{index + 1}" for index, name in enumerate(header)
+    )
+
+
+def append_test(panel: Panel, path: str | Path) -> tuple[Panel, int]:
+    """The panel with each series' test values (a wide file, M4's test file) appended;
+    returns it and the number of test steps (the same for every series)."""
+    test = read_m4(path)
+    missing = [series_id for series_id in panel.ids if series_id not in test]
+    if missing:
+        raise DataError(
+            f"{Path(path).name} has no test values for {len(missing)} series "
+            f"({missing[0]}, ...); give the test file of the same series"
+        )
+    lengths = {len(test[series_id]) for series_id in panel.ids}
+    if len(lengths) != 1:
+        raise DataError(
+            f"{Path(path).name}: the series have test spans of different lengths "
+            f"({sorted(lengths)}); give every series the same number of test values"
+        )
+    values = [
+        np.concatenate([v, test[i]])
+        for i, v in zip(panel.ids, panel.values, strict=True)
+    ]
+    return dataclasses.replace(panel, values=values), lengths.pop()

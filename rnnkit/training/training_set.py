@@ -1,0 +1,76 @@
+"""The training split as `fit` takes it (`training_set`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rnnkit.errors import DataError
+from rnnkit.recipe import RecipeConfig
+
+
+def training_set(train: Any, config: RecipeConfig) -> Any:
+    """The training split as `fit` takes it: a `tf.data.Dataset` unchanged; a tuple
+    `(x, y[, sample_weight])` of arrays (or dicts / tuples of them) as batches of
+    `train.batch_size`, in a new order each epoch when `train.shuffle` (the orders
+    drawn from `train.seed`).
+
+    Keras's own shuffling of arrays draws one order for every epoch once a global
+    seed is set (it re-creates its `tf.random.shuffle` with each epoch's iterator,
+    Keras 3.15 on TensorFlow), so a seeded run saw the same batches every epoch.
+    The order is drawn as `tf.data` reshuffles it, which the resume callback moves on
+    with the epochs (the shuffle fills its buffer one index at a time: about a second
+    an epoch per million examples). As in Keras, lists are tuples, whole batches are
+    gathered at once, the arrays ride in the pipeline's elements (not as graph
+    constants, which stop at 2 GB), and floating-point arrays become Keras's float
+    type."""
+    if not isinstance(train, tuple):
+        return train
+    import keras
+    import tensorflow as tf
+
+    parts = list(keras.tree.lists_to_tuples(train))
+    while parts and parts[-1] is None:  # (x, y, None): no sample weights
+        parts.pop()
+
+    def tensor(array: Any) -> Any:
+        value = tf.convert_to_tensor(array)
+        if value.dtype.is_floating:
+            value = tf.cast(value, keras.backend.floatx())
+        return value
+
+    try:
+        tensors = tf.nest.map_structure(tensor, tuple(parts))
+    except (TypeError, ValueError) as error:
+        raise DataError(
+            f"the training split is not arrays that can be batched ({error}): give "
+            "(inputs, targets) as numpy arrays, or dicts or tuples of them"
+        ) from None
+    leaves = tf.nest.flatten(tensors)
+    counts = {int(leaf.shape[0]) if leaf.shape.rank else 0 for leaf in leaves}
+    if len(counts) != 1:
+        raise DataError(
+            f"the training split's arrays hold different numbers of examples "
+            f"({', '.join(map(str, sorted(counts)))}): give inputs and targets one "
+            "row per example"
+        )
+    (count,) = counts
+    if count == 0:
+        raise DataError(
+            "the training split holds no examples: check the data source and the "
+            "split fractions"
+        )
+    indices = tf.data.Dataset.range(count)
+    if config.train.shuffle:
+        indices = indices.shuffle(
+            count, seed=config.train.seed, reshuffle_each_iteration=True
+        )
+    whole = tf.data.Dataset.from_tensors(tensors)
+
+    def gather(batch: Any, tensors: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, batch), tensors)
+
+    return (
+        tf.data.Dataset.zip(indices.batch(config.train.batch_size), whole.repeat())
+        .map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
