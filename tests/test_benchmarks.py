@@ -516,8 +516,9 @@ def test_side_by_side_means_name_the_seeds_a_figure_lacks(capsys):
 # -- A shipped config is the configuration its README figure came from (issue 57.8) --
 
 LEDGERS = sorted((ROOT / "benchmarks" / "ledgers").glob("*/*/selection.json"))
-# Keys a ledger's runs set per run, not part of the configuration a file ships.
-PER_RUN = {"train.seed", "data.limit"}
+# Keys a ledger's runs set per run, not part of the configuration a file ships, and
+# where a download comes from (the same archive over http then, https now).
+PER_RUN = {"train.seed", "data.limit", "data.url"}
 
 
 def _flat(sections: dict) -> dict:
@@ -528,7 +529,9 @@ def _flat(sections: dict) -> dict:
     }
 
 
-def _chosen(ledger: dict, recipe: str, system: str) -> tuple[dict, Path, dict]:
+def _chosen_configuration(
+    ledger: dict, recipe: str, system: str
+) -> tuple[dict, Path, dict]:
     """The configuration the ledger chose, as it trained ({key: value}), the shipped
     file the benchmark names for it, and the changes the benchmark states it makes
     to that file (an ablation's, such as captioning's attention-free decoder)."""
@@ -552,7 +555,7 @@ def test_the_configuration_chosen_on_validation_is_the_shipped_config(path):
     applied), so a user who runs that file trains what the README reports."""
     recipe_name, system = path.parts[-3], path.parts[-2]
     ledger = json.loads(path.read_text())
-    trained, file, stated = _chosen(ledger, recipe_name, system)
+    trained, file, stated = _chosen_configuration(ledger, recipe_name, system)
     recipe = registry.load(recipe_name)
     shipped = config_lib.load_toml(recipe.Config, file).with_values(stated).flat()
     differ = {

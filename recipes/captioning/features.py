@@ -115,11 +115,11 @@ def load_encoder_weights(
 
 def cache_root(config: CaptioningConfig) -> Path:
     """`data.cache_dir`, default `$RNNKIT_DATA_DIR/captioning_features`."""
-    from rnnkit.data import parallel_text
+    from rnnkit.data import downloads
 
     if config.data.cache_dir:
         return Path(config.data.cache_dir)
-    return parallel_text.default_cache_dir() / "captioning_features"
+    return downloads.default_cache_dir() / "captioning_features"
 
 
 def weights_digest(weights: list[np.ndarray]) -> str:

@@ -248,17 +248,11 @@ def _read_coco_json(path: Path) -> dict[str, list[str]]:
 def download_flickr8k() -> Path:
     """The original Flickr8k, downloaded once (about 1.1 GB) into the rnnkit data
     folder; offline, a one-line error that says how to use local files."""
-    from rnnkit.data import parallel_text
+    from rnnkit.data import downloads
 
-    folder = parallel_text.default_cache_dir() / "flickr8k"
-    try:
-        for url in FLICKR8K_URLS:
-            parallel_text.download(url, folder)
-    except DataError:
-        raise DataError(
-            f"could not download Flickr8k from {FLICKR8K_URLS[0].rsplit('/', 1)[0]} "
-            f"(offline?); {_LOCAL_HINT}"
-        ) from None
+    folder = downloads.default_cache_dir() / "flickr8k"
+    for url in FLICKR8K_URLS:
+        downloads.download(url, folder, local_hint=_LOCAL_HINT)
     if not (folder / "Flickr8k.token.txt").is_file():
         with zipfile.ZipFile(folder / "Flickr8k_text.zip") as archive:
             archive.extractall(folder)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rnnkit.data import parallel_text
+from rnnkit.data import downloads, parallel_text
 from rnnkit.data.parallel_text import TextOptions, Vocabulary
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.recipe import RecipeData
@@ -138,7 +138,11 @@ def _read_anki(config: TranslationConfig) -> tuple[Pairs, Pairs, Pairs, str]:
             raise ConfigError(
                 f"data.{key}={lang!r} is not one of data.columns {list(data.columns)}"
             )
-    path = Path(data.path) if data.path else parallel_text.download(data.url)
+    path = (
+        Path(data.path)
+        if data.path
+        else downloads.download(data.url, local_hint=parallel_text.ANKI_LOCAL_HINT)
+    )
     pairs = parallel_text.read_tab_separated(path, skip_empty=data.skip_empty_lines)
     if data.columns.index(data.source_lang) == 1:
         pairs = [(second, first) for first, second in pairs]

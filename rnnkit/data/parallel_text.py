@@ -20,10 +20,7 @@ import gzip
 import os
 import random
 import re
-import tempfile
 import unicodedata
-import urllib.error
-import urllib.request
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -48,6 +45,7 @@ from rnnkit.data.vocabulary import (
 from rnnkit.errors import DataError
 
 __all__ = [
+    "ANKI_LOCAL_HINT",
     "ANKI_SPA_ENG_URL",
     "END",
     "END_ID",
@@ -62,9 +60,7 @@ __all__ = [
     "TextOptions",
     "Vocabulary",
     "count_unknown",
-    "default_cache_dir",
     "detokenize",
-    "download",
     "normalize",
     "read_parallel_files",
     "read_tab_separated",
@@ -75,8 +71,15 @@ __all__ = [
 ]
 
 
+# The TensorFlow tutorial's archive, over https (rnnkit.data.downloads fetches it).
 ANKI_SPA_ENG_URL = (
-    "http://storage.googleapis.com/download.tensorflow.org/data/spa-eng.zip"
+    "https://storage.googleapis.com/download.tensorflow.org/data/spa-eng.zip"
+)
+# Its local use instead, when the download fails.
+ANKI_LOCAL_HINT = (
+    "point the recipe at local files instead: --set data.path=PATH/spa-eng.zip (an "
+    "Anki/Tatoeba .zip or .txt), or --set data.format=parallel "
+    "--set data.path='PATH/corpus_{split}.{lang}.gz'"
 )
 
 # Numbers keep their inner separators ("2:30", "1,000"); words keep inner hyphens and
@@ -262,49 +265,6 @@ def read_parallel_files(
     pairs = list(zip(source_lines, target_lines, strict=True))
     where = f"{source_path} / {target_path}"
     return _drop_empty(pairs, list(range(1, len(pairs) + 1)), where, skip_empty)
-
-
-def default_cache_dir() -> Path:
-    """Where downloads are kept: `$RNNKIT_DATA_DIR`, else `~/.rnnkit/datasets`."""
-    return Path(os.environ.get("RNNKIT_DATA_DIR", Path.home() / ".rnnkit" / "datasets"))
-
-
-def download(
-    url: str = ANKI_SPA_ENG_URL,
-    cache_dir: str | os.PathLike | None = None,
-    timeout: float = 60.0,
-) -> Path:
-    """Downloads `url` once into `cache_dir` and returns the local path.
-
-    The file is written under a temporary name and renamed when complete, so an
-    interrupted download is never mistaken for the data. Without a connection the
-    error says how to use local files instead.
-    """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    destination = cache_dir / url.rstrip("/").rsplit("/", 1)[-1]
-    if destination.exists():
-        return destination
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=cache_dir, suffix=".part")
-    try:
-        with (
-            os.fdopen(handle, "wb") as out,
-            urllib.request.urlopen(url, timeout=timeout) as response,
-        ):
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-        os.replace(partial, destination)
-    except (urllib.error.URLError, OSError) as error:
-        raise DataError(
-            f"could not download {url} ({getattr(error, 'reason', error)}). "
-            "Offline? Point the recipe at local files instead: "
-            "--set data.path=PATH/spa-eng.zip (an Anki/Tatoeba .zip or .txt), or "
-            "--set data.format=parallel --set data.path='PATH/corpus_{split}.{lang}.gz'"
-        ) from None
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
-    return destination
 
 
 def source_key(sentence: str) -> str:

@@ -115,25 +115,6 @@ def test_real_corpora():
     assert len(anki) == 118964 and anki[0] == ("Go.", "Ve.")
 
 
-def test_download_caches_and_reads_an_anki_zip(tmp_path):
-    """The default download path, pointed at a local zip instead of the network."""
-    source = write_anki_zip(tmp_path / "spa-eng.zip")
-    cache = tmp_path / "cache"
-    path = pt.download(source.as_uri(), cache_dir=cache)
-    assert path == cache / "spa-eng.zip"
-    assert pt.read_tab_separated(path)[2] == ("Where is it?", "¿Dónde está?")
-    source.unlink()  # a second call uses the cached copy
-    assert pt.download(source.as_uri(), cache_dir=cache) == path
-    assert not list(cache.glob("*.part"))
-
-
-def test_download_offline_error_says_how_to_use_local_files(tmp_path):
-    missing = (tmp_path / "nowhere" / "spa-eng.zip").as_uri()
-    with pytest.raises(DataError, match=r"could not download .*data\.path="):
-        pt.download(missing, cache_dir=tmp_path / "cache")
-    assert not list((tmp_path / "cache").iterdir())  # no partial file left behind
-
-
 def test_split_pairs_is_reproducible_and_disjoint():
     pairs = [(str(i), str(i)) for i in range(100)]
     train, validation, test = pt.split_pairs(pairs, 0.1, 0.02, seed=3)
