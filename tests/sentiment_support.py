@@ -47,3 +47,22 @@ def write_aclimdb_folder(root: Path, per_class: int) -> Path:
     unsup.mkdir()
     (unsup / "0_0.txt").write_text("An unlabelled review.", "utf-8")
     return root
+
+
+def serve_imdb_archive(tmp_path: Path, monkeypatch, per_class: int = 3) -> Path:
+    """IMDB's default download pointed at a local aclImdb_v1.tar.gz of real reviews
+    (file:// URI, its own hash) and rnnkit's data folder at tmp_path/data; returns the
+    archive. Nothing leaves the machine."""
+    import tarfile
+
+    from rnnkit.data import downloads, text_files
+
+    folder = write_aclimdb_folder(tmp_path / "aclImdb", per_class)
+    archive = tmp_path / "served" / "aclImdb_v1.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname="aclImdb")
+    monkeypatch.setattr(text_files, "IMDB_URL", archive.as_uri())
+    monkeypatch.setattr(text_files, "IMDB_SHA256", downloads.sha256(archive))
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "data"))
+    return archive

@@ -127,7 +127,7 @@ def test_packages_of_an_extra_are_imported_through_optional_import():
             continue
         distribution = _distribution(module)
         if distribution not in core:
-            assert module in OPTIONAL or module == "tensorflow_datasets", (
+            assert module in OPTIONAL, (
                 f"{module} ({distribution}) comes only from an extra: add it to "
                 "rnnkit._optional.OPTIONAL and import it with optional_import"
             )

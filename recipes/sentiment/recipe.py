@@ -1,12 +1,13 @@
 """Sentiment: many-to-one classification of reviews with an rnnkit recurrent classifier.
 
 `rnnkit run sentiment` trains a bidirectional rnnkit GRU on IMDB movie reviews
-(tensorflow-datasets, or local files through `data.path`) and reports accuracy,
-precision, recall, F1 and ROC AUC on the test split next to three baselines trained on
-the same training texts: the majority class, a unigram bag-of-words logistic
-regression, and word uni+bigram tf-idf logistic regression (the linear baseline of IMDB
-papers). The class names and their order are the run's, saved in the model: data
-whose labels are named or ordered otherwise is renumbered to match, or refused.
+(downloaded once from its authors' site, or local files through `data.path`) and
+reports accuracy, precision, recall, F1 and ROC AUC on the test split next to three
+baselines trained on the same training texts: the majority class, a unigram
+bag-of-words logistic regression, and word uni+bigram tf-idf logistic regression (the
+linear baseline of IMDB papers). The class names and their order are the run's, saved
+in the model: data whose labels are named or ordered otherwise is renumbered to match,
+or refused.
 
 The module stays light: TensorFlow, Keras and scikit-learn are imported inside the
 methods, because `rnnkit list` imports every recipe module to read its summary.

@@ -3,7 +3,7 @@
 Three sources, each returning texts and raw labels that `load_text_classification`
 cleans, maps to class indices and splits reproducibly:
 
-- IMDB reviews through tensorflow-datasets (`imdb_reviews`, downloads when online);
+- IMDB itself (the aclImdb archive, downloaded once when online);
 - a CSV or TSV table, optionally gzipped, with configurable text and label columns;
 - an aclImdb folder: `train/<class>/*.txt`, optionally `test/<class>/*.txt`.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnkit.data.text_files import load_tfds_imdb, read_aclimdb, read_table
+from rnnkit.data.text_files import load_imdb, read_aclimdb, read_table
 from rnnkit.errors import DataError
 
 # A tag such as `<br />` or `<i>`: IMDB reviews keep the HTML line breaks of the site.
@@ -195,12 +195,13 @@ def load_text_classification(
     test_fraction: float = 0.1,
     limit: int = 0,
     seed: int = 0,
-    tfds_data_dir: str | None = None,
+    download_dir: str | None = None,
     split_seed: int = 0,
 ) -> TextClassificationData:
     """Loads, cleans, maps and splits labelled text from the source `path` names.
 
-    - `path` None: IMDB through tensorflow-datasets (its own train/test split).
+    - `path` None: IMDB, downloaded once into `download_dir` (default: rnnkit's data
+      folder) with its own train/test split (`rnnkit.data.text_files.load_imdb`).
     - `path` a folder: the aclImdb layout; `test/` is the test split when present.
     - `path` a file: a CSV/TSV table; the test split is `test_path` when given,
       otherwise `test_fraction` of the file.
@@ -223,8 +224,8 @@ def load_text_classification(
         raise DataError("data.test_path needs data.path to be a CSV or TSV file")
     notes: list[str] = []
     if path is None:
-        (train_texts, train_raw), test_part = load_tfds_imdb(tfds_data_dir)
-        source = "imdb_reviews (tensorflow-datasets)"
+        (train_texts, train_raw), test_part = load_imdb(download_dir)
+        source = "IMDB (aclImdb_v1, Maas et al. 2011)"
         class_names = class_names or ("negative", "positive")
     elif Path(path).is_dir():
         train_texts, train_raw = _read_aclimdb_split(path, "train", encoding)

@@ -1,5 +1,5 @@
 """Readers of labelled text: CSV/TSV tables, the aclImdb folder layout, and IMDB
-reviews through tensorflow-datasets.
+itself (the aclImdb archive, downloaded once by rnnkit.data.downloads).
 
 Each returns texts and raw labels; `rnnkit.data.text.load_text_classification` cleans,
 maps and splits them. A file that cannot be read raises `rnnkit.errors.DataError` with
@@ -11,11 +11,12 @@ from __future__ import annotations
 import csv
 import difflib
 import gzip
+import os
 import socket
+import urllib.parse
 import zlib
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from rnnkit.errors import DataError
@@ -24,7 +25,7 @@ from rnnkit.errors import DataError
 _UNLABELLED_FOLDERS = frozenset({"unsup"})
 
 
-_TFDS_HINT = (
+_IMDB_HINT = (
     "point data.path at local files instead, e.g. "
     "--set data.path=../shared/data/sentiment/imdb_train.csv.gz "
     "--set data.test_path=../shared/data/sentiment/imdb_test.csv.gz "
@@ -120,9 +121,13 @@ def read_aclimdb(
     return texts, labels
 
 
-# tensorflow-datasets downloads imdb_reviews from here; offline, its downloader retries
-# for minutes before it gives up, so a failed name lookup stops the run at once.
-_IMDB_DOWNLOAD_HOST = "ai.stanford.edu"
+# The Large Movie Review Dataset (Maas et al. 2011), over https, and its SHA-256
+# (84,125,825 bytes; the value tensorflow-datasets records for its imdb_reviews).
+IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
+# Offline, a download retries for seconds before it gives up: a failed name lookup of
+# its host stops the run at once.
+IMDB_CLASSES = ("neg", "pos")  # aclImdb's folders: label 0 negative, 1 positive
 
 
 def _check_reachable(host: str) -> None:
@@ -130,43 +135,74 @@ def _check_reachable(host: str) -> None:
         socket.getaddrinfo(host, 443)
     except OSError as error:
         raise DataError(
-            f"cannot reach {host} to download imdb_reviews ({error}); {_TFDS_HINT}"
+            f"cannot reach {host} to download IMDB ({error}); {_IMDB_HINT}"
         ) from error
 
 
-def load_tfds_imdb(
-    data_dir: str | None = None,
+def load_imdb(
+    download_dir: str | Path | None = None,
 ) -> tuple[tuple[list[str], list[int]], tuple[list[str], list[int]]]:
-    """Train and test reviews of `imdb_reviews` from tensorflow-datasets (0 = negative).
+    """Train and test reviews of IMDB (label 0 negative, 1 positive), in the order of
+    `read_aclimdb`.
 
-    Downloads the data set (about 80 MB) on first use. Without a connection, raises a
-    one-line `DataError` that says how to use local files instead.
+    Downloads the aclImdb archive (about 80 MB, its hash checked) into `download_dir`
+    (default: rnnkit's data folder, `$RNNKIT_DATA_DIR`) on first use and extracts its
+    labelled reviews beside it; later calls read the extracted folder. Offline, a
+    one-line `DataError` says how to use local files instead.
     """
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as error:
-        raise DataError(
-            f"tensorflow-datasets is not installed ({error}); {_TFDS_HINT}"
-        ) from error
-    if not tfds.builder("imdb_reviews", data_dir=data_dir).is_prepared():
-        _check_reachable(_IMDB_DOWNLOAD_HOST)
-    try:
-        train, test = tfds.load(
-            "imdb_reviews",
-            split=["train", "test"],
-            as_supervised=True,
-            batch_size=-1,
-            data_dir=data_dir,
+    from rnnkit.data import downloads
+
+    folder = Path(download_dir) if download_dir else downloads.default_cache_dir()
+    extracted = folder / "aclImdb"
+    if not (extracted / "test").is_dir():
+        archive = folder / IMDB_URL.rsplit("/", 1)[-1]
+        host = urllib.parse.urlsplit(IMDB_URL).hostname  # None: a local file:// URI
+        if not archive.exists() and host:
+            _check_reachable(host)
+        archive = downloads.download(
+            IMDB_URL, folder, file_hash=IMDB_SHA256, local_hint=_IMDB_HINT
         )
-    except Exception as error:  # noqa: BLE001 - download failures come in many types
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        _extract_labelled_reviews(archive, extracted)
+    splits = []
+    for split in ("train", "test"):
+        texts, names = read_aclimdb(extracted, split)
+        splits.append((texts, [IMDB_CLASSES.index(name) for name in names]))
+    return splits[0], splits[1]
+
+
+def _extract_labelled_reviews(archive: Path, destination: Path) -> None:
+    """`aclImdb/{train,test}/{pos,neg}/*.txt` of the archive into `destination`
+    (written under a temporary name, then renamed: never half there)."""
+    import re
+    import shutil
+    import tarfile
+
+    labelled = re.compile(r"^aclImdb/(train|test)/(pos|neg)/[^/]+\.txt$")
+    temporary = destination.with_name(f".{destination.name}.tmp-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar:
+                match = labelled.match(member.name)
+                if not (member.isfile() and match):
+                    continue
+                target = temporary.joinpath(*member.name.split("/")[1:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                target.write_bytes(source.read())
+        if not (temporary / "test").is_dir():
+            raise DataError(
+                f"{archive} holds no aclImdb/train and aclImdb/test reviews; delete "
+                "it and run again to download it afresh"
+            )
+        os.replace(temporary, destination)
+    except (tarfile.TarError, EOFError, OSError) as error:
         raise DataError(
-            f"cannot load imdb_reviews through tensorflow-datasets ({reason}); "
-            f"{_TFDS_HINT}"
-        ) from error
-    return _decode_tfds_split(tfds.as_numpy(train)), _decode_tfds_split(
-        tfds.as_numpy(test)
-    )
+            f"{archive} is damaged ({error}); delete it and run again to download it "
+            "afresh"
+        ) from None
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def _check_columns(path: Path, columns: list[str], wanted: dict[str, str]) -> None:
@@ -190,8 +226,3 @@ def _encoding_error(path: Path, error: UnicodeDecodeError, encoding: str) -> Exc
 def _review_file_order(file: Path) -> tuple[int, str]:
     number = file.stem.split("_", 1)[0]
     return (int(number), file.name) if number.isdigit() else (-1, file.name)
-
-
-def _decode_tfds_split(arrays: tuple[np.ndarray, np.ndarray]) -> tuple[list, list]:
-    texts, labels = arrays
-    return [text.decode("utf-8") for text in texts], [int(label) for label in labels]

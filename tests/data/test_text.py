@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pytest
 
 from rnnkit.data import text, text_files
 from rnnkit.errors import DataError
-from tests.sentiment_support import imdb_sample, write_aclimdb_folder, write_imdb_csv
+from tests.sentiment_support import (
+    imdb_sample,
+    serve_imdb_archive,
+    write_aclimdb_folder,
+    write_imdb_csv,
+)
 
 
 def test_clean_text_removes_html_remnants():
@@ -154,48 +156,27 @@ def test_aclimdb_folder_without_test_split_and_bad_layouts(tmp_path):
         text.read_aclimdb(folder, "train")
 
 
-def _fake_tfds(monkeypatch, load, prepared=True):
-    module = types.ModuleType("tensorflow_datasets")
-    module.load = load
-    module.builder = lambda name, data_dir=None: types.SimpleNamespace(
-        is_prepared=lambda: prepared
-    )
-    module.as_numpy = lambda arrays: arrays
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
-
-
-def test_tfds_source_through_a_local_stand_in(monkeypatch):
-    reviews = imdb_sample("train", 6)
-    arrays = (
-        np.array([review.encode("utf-8") for review in reviews["text"]]),
-        reviews["label"].to_numpy(),
-    )
-    calls = []
-
-    def load(name, **options):
-        calls.append((name, options))
-        return arrays, arrays
-
-    _fake_tfds(monkeypatch, load)
+def test_imdb_is_downloaded_once_checked_and_read(tmp_path, monkeypatch):
+    """The default source, served from a local archive: downloaded, its hash checked,
+    its labelled reviews extracted (not `unsup`), then read from the folder."""
+    archive = serve_imdb_archive(tmp_path, monkeypatch)
     data = text.load_text_classification(validation_fraction=0.5)
-    assert calls[0][0] == "imdb_reviews"
-    assert calls[0][1]["split"] == ["train", "test"]
     assert data.class_names == ("negative", "positive")
-    assert data.source == "imdb_reviews (tensorflow-datasets)"
-    assert len(data.train) + len(data.validation) == len(data.test) == 12
+    assert data.source == "IMDB (aclImdb_v1, Maas et al. 2011)"
+    assert len(data.train) + len(data.validation) == len(data.test) == 6
+    extracted = tmp_path / "data" / "aclImdb"
+    assert sorted(p.name for p in (extracted / "train").iterdir()) == ["neg", "pos"]
+    archive.unlink()  # the second time reads the extracted folder
+    again = text.load_text_classification(validation_fraction=0.5)
+    assert list(again.test.texts) == list(data.test.texts)
 
 
-def test_tfds_offline_error_says_how_to_use_local_files(monkeypatch):
-    def load(name, **options):
-        raise ConnectionError("Failed to resolve 'storage.googleapis.com'")
-
-    _fake_tfds(monkeypatch, load)
-    with pytest.raises(DataError) as caught:
+def test_imdb_with_the_wrong_hash_is_refused(tmp_path, monkeypatch):
+    serve_imdb_archive(tmp_path, monkeypatch)
+    monkeypatch.setattr(text_files, "IMDB_SHA256", "0" * 64)
+    with pytest.raises(DataError, match="could not download"):
         text.load_text_classification()
-    message = str(caught.value)
-    assert "\n" not in message
-    assert "Failed to resolve" in message
-    assert "--set data.path=../shared/data/sentiment/imdb_train.csv.gz" in message
+    assert not (tmp_path / "data" / "aclImdb").exists()
 
 
 def test_test_path_needs_a_table(tmp_path):
@@ -203,10 +184,9 @@ def test_test_path_needs_a_table(tmp_path):
         text.load_text_classification(None, tmp_path / "test.csv")
 
 
-def test_tfds_offline_fails_fast_before_downloading(monkeypatch):
-    """Offline and not yet downloaded: one name lookup fails, tfds.load never runs."""
-    calls = []
-    _fake_tfds(monkeypatch, lambda name, **options: calls.append(name), prepared=False)
+def test_imdb_offline_fails_fast_before_downloading(tmp_path, monkeypatch):
+    """Offline and not yet downloaded: one name lookup fails, no download is tried."""
+    monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "data"))
 
     def no_network(host, port, *args, **kwargs):
         raise OSError(f"[Errno -2] Name or service not known: {host}")
@@ -214,10 +194,10 @@ def test_tfds_offline_fails_fast_before_downloading(monkeypatch):
     monkeypatch.setattr(text_files.socket, "getaddrinfo", no_network)
     with pytest.raises(DataError) as caught:
         text.load_text_classification()
-    assert not calls
+    assert not (tmp_path / "data" / "aclImdb_v1.tar.gz").exists()
     message = str(caught.value)
     assert "cannot reach ai.stanford.edu" in message and "\n" not in message
-    assert "--set data.path=" in message
+    assert "--set data.path=../shared/data/sentiment/imdb_train.csv.gz" in message
 
 
 def test_read_inputs_takes_files_and_texts_even_long_ones(tmp_path):
