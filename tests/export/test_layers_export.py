@@ -3,7 +3,8 @@ converted models give the Keras model's outputs (rnnkit/export/convert.py).
 
 Each configuration is a tiny Keras model on a real slice of data: IMDB reviews as
 token ids, padded on the right and on the left (masked batches), and MSFT's daily
-price changes. Every model is converted to both formats once (a module fixture);
+price changes. Every model is converted to both formats once per test session (one
+worker converts, the others read its files: tests/shared_once.py);
 the files are then run in this process through `run_tflite`/`run_onnx`, and in one
 fresh process per format that imports nothing but the runtime and numpy, and
 compared with Keras' `predict` within 1e-5, for a second batch of another size and
@@ -33,6 +34,7 @@ import rnnkit.layers as layers  # noqa: E402
 from rnnkit.export import convert  # noqa: E402
 from rnnkit.models.sequence_classifier import MaskedGlobalMaxPooling1D  # noqa: E402
 from tests.sentiment_support import imdb_sample  # noqa: E402
+from tests.shared_once import made_once  # noqa: E402
 from tests.stock_support import msft_frame  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -233,31 +235,42 @@ def as_list(outputs) -> list[np.ndarray]:
     return [np.asarray(outputs)]
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """Every configuration converted: {name: (model inputs, Keras outputs)} and the
-    folder with <name>.tflite, <name>.onnx, <name>.<batch>.inputs.npz."""
-    folder = tmp_path_factory.mktemp("exported")
-    cases = {}
+def _convert_every_configuration(folder: Path) -> None:
+    """<name>.tflite, <name>.onnx, and per batch <name>.<n>.inputs.npz and the Keras
+    outputs <name>.<n>.expected.npz, for every configuration."""
     for name, (build, kind) in CONFIGS.items():
         keras.utils.set_random_seed(0)
         model = build()
         names = [tensor.name for tensor in model.inputs]
         batches = [dict(zip(names, batch, strict=True)) for batch in inputs_of(kind)]
-        expected = [
-            as_list(
+        (folder / f"{name}.tflite").write_bytes(convert.to_tflite(model))
+        (folder / f"{name}.onnx").write_bytes(convert.to_onnx(model))
+        for number, batch in enumerate(batches):
+            expected = as_list(
                 model.predict(
                     list(batch.values()) if len(batch) > 1 else batch[names[0]],
                     verbose=0,
                     batch_size=len(batch[names[0]]),
                 )
             )
-            for batch in batches
-        ]
-        (folder / f"{name}.tflite").write_bytes(convert.to_tflite(model))
-        (folder / f"{name}.onnx").write_bytes(convert.to_onnx(model))
-        for number, batch in enumerate(batches):
             np.savez(folder / f"{name}.{number}.inputs.npz", **batch)
+            np.savez(folder / f"{name}.{number}.expected.npz", *expected)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every configuration converted: the folder with the files of
+    `_convert_every_configuration` (made once per session, whichever worker asks
+    first) and {name: (input batches, Keras outputs per batch)} read from it."""
+    folder = made_once(tmp_path_factory, "layers-export", _convert_every_configuration)
+    cases = {}
+    for name in CONFIGS:
+        batches, expected = [], []
+        for number in range(len(list(folder.glob(f"{name}.*.inputs.npz")))):
+            with np.load(folder / f"{name}.{number}.inputs.npz") as saved:
+                batches.append({key: saved[key] for key in saved.files})
+            with np.load(folder / f"{name}.{number}.expected.npz") as saved:
+                expected.append([saved[f"arr_{i}"] for i in range(len(saved.files))])
         cases[name] = (batches, expected)
     return folder, cases
 
@@ -290,7 +303,7 @@ FRESH_PROCESS = textwrap.dedent(
     from pathlib import Path
     import numpy as np
 
-    folder, fmt = Path(sys.argv[1]), sys.argv[2]
+    folder, fmt, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     done = []
     for model in sorted(folder.glob("*." + fmt)):
         for inputs_file in sorted(folder.glob(model.stem + ".*.inputs.npz")):
@@ -311,7 +324,7 @@ FRESH_PROCESS = textwrap.dedent(
                 )
                 outputs = session.run(None, inputs)
             stem = inputs_file.name[: -len(".inputs.npz")]
-            np.savez(folder / f"{stem}.{fmt}.outputs.npz", *outputs)
+            np.savez(out / f"{stem}.{fmt}.outputs.npz", *outputs)
             done.append(stem)
     heavy = ("tensorflow", "keras", "rnnkit")
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
@@ -321,13 +334,15 @@ FRESH_PROCESS = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def fresh_process_outputs(exported):
-    """{fmt: what the fresh process reports}, one process per format."""
+def fresh_process_outputs(exported, tmp_path_factory):
+    """({fmt: what the fresh process reports}, the folder of their outputs), one
+    process per format."""
     folder, _ = exported
+    out = tmp_path_factory.mktemp("fresh_outputs")
     reports = {}
     for fmt in FORMATS:
         completed = subprocess.run(
-            [sys.executable, "-c", FRESH_PROCESS, str(folder), fmt],
+            [sys.executable, "-c", FRESH_PROCESS, str(folder), fmt, str(out)],
             capture_output=True,
             text=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
@@ -335,20 +350,21 @@ def fresh_process_outputs(exported):
         )
         assert completed.returncode == 0, completed.stderr[-3000:]
         reports[fmt] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return reports
+    return reports, out
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_converted_files_run_alone_in_a_fresh_process(
     exported, fresh_process_outputs, fmt
 ):
-    folder, cases = exported
-    report = fresh_process_outputs[fmt]
+    _, cases = exported
+    reports, out = fresh_process_outputs
+    report = reports[fmt]
     assert report["loaded"] == [], "the runtime alone must run the file"
     assert len(report["done"]) == sum(len(b) for b, _ in cases.values())
     for name, (_, expected) in cases.items():
         for number, want in enumerate(expected):
-            with np.load(folder / f"{name}.{number}.{fmt}.outputs.npz") as saved:
+            with np.load(out / f"{name}.{number}.{fmt}.outputs.npz") as saved:
                 actual = [saved[f"arr_{i}"] for i in range(len(saved.files))]
             assert_outputs_match(actual, want, f"{name}.{fmt}, batch {number}")
 
