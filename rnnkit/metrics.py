@@ -43,20 +43,39 @@ def mase(
     forecast did, on average, inside the training data. NaN if the training series
     never changes over a season.
     """
-    return mae(actual, predicted) / _seasonal_scale(training_series, seasonality)
+    return mae(actual, predicted) / seasonal_scale(training_series, seasonality)
 
 
-def _seasonal_scale(training_series: np.ndarray, seasonality: int) -> float:
-    """mean |y_t - y_{t-m}| over the training series; NaN when it is 0."""
+def seasonal_scale(
+    training_series: np.ndarray, seasonality: int, *, short: str = "raise"
+) -> float:
+    """The scale of MASE and MSIS: mean |y_t - y_{t-m}| over the training series, the
+    in-sample error of the seasonal naive forecast, over the pairs where both values
+    are observed (NaN is missing); NaN when it is 0 or no pair is observed.
+
+    Args:
+        training_series: the series before the forecast, oldest first.
+        seasonality: m, the season's length in steps (1: the naive forecast's).
+        short: a series no longer than m: "raise" a ValueError, or "naive": scale it
+            by the naive forecast's error (m = 1), as the forecasting recipe scales a
+            series shorter than a season.
+    """
     series = np.asarray(training_series, dtype="float64").ravel()
     if seasonality < 1:
         raise ValueError(f"seasonality must be at least 1, received {seasonality}")
     if series.size <= seasonality:
-        raise ValueError(
-            f"mase needs a training series longer than its seasonality "
-            f"({seasonality}), received {series.size} values"
-        )
-    scale = float(np.mean(np.abs(series[seasonality:] - series[:-seasonality])))
+        if short != "naive":
+            raise ValueError(
+                f"mase needs a training series longer than its seasonality "
+                f"({seasonality}), received {series.size} values"
+            )
+        seasonality = 1
+        if series.size <= 1:
+            return float("nan")
+    differences = np.abs(series[seasonality:] - series[:-seasonality])
+    if np.all(np.isnan(differences)):
+        return float("nan")
+    scale = float(np.nanmean(differences))
     return float("nan") if scale == 0.0 else scale
 
 
@@ -84,12 +103,15 @@ def msis(
     training_series: np.ndarray,
     seasonality: int = 1,
     alpha: float = 0.05,
+    *,
+    short: str = "raise",
 ) -> float:
     """Mean scaled interval score of a (1 - alpha) prediction interval (M4).
 
     Mean over the steps of (U - L) + 2/alpha (L - y) [y < L] + 2/alpha (y - U)
     [y > U], divided by the in-sample mean |y_t - y_{t-m}| as `mase` is: a narrow
-    interval is rewarded, a miss is punished by its distance times 2/alpha.
+    interval is rewarded, a miss is punished by its distance times 2/alpha. `short`:
+    a training series no longer than a season, as `seasonal_scale` takes it.
     """
     actual = np.asarray(actual, dtype="float64")
     lower = np.asarray(lower, dtype="float64")
@@ -99,7 +121,8 @@ def msis(
         + (2.0 / alpha) * (lower - actual) * (actual < lower)
         + (2.0 / alpha) * (actual - upper) * (actual > upper)
     )
-    return float(np.mean(score)) / _seasonal_scale(training_series, seasonality)
+    scale = seasonal_scale(training_series, seasonality, short=short)
+    return float(np.mean(score)) / scale
 
 
 def coverage(actual: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:

@@ -94,3 +94,21 @@ def test_multiclass_auc_averages_the_classes_present():
 def test_auc_is_nan_with_a_single_class():
     probabilities = np.array([[0.2, 0.8], [0.6, 0.4]])
     assert math.isnan(metrics.roc_auc(np.array([1, 1]), probabilities))
+
+
+def test_seasonal_scale_skips_missing_pairs_and_scales_short_series_naively():
+    series = np.array([1.0, 2.0, np.nan, 5.0, 9.0, 8.0])
+    # Lag 2: |nan - 1|, |5 - 2|, |9 - nan|, |8 - 5| -> the observed pairs 3 and 3.
+    assert metrics.seasonal_scale(series, 2) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="longer than its seasonality"):
+        metrics.seasonal_scale(series, 6)
+    # No longer than a season: the naive (lag-1) scale, over observed pairs.
+    assert metrics.seasonal_scale(series, 6, short="naive") == pytest.approx(
+        np.mean([1.0, 4.0, 1.0])
+    )
+    assert np.isnan(metrics.seasonal_scale([3.0], 24, short="naive"))
+    assert np.isnan(metrics.seasonal_scale([2.0, 2.0, 2.0], 1))  # never changes
+    actual, lower, upper = np.array([4.0]), np.array([3.0]), np.array([5.0])
+    assert metrics.msis(actual, lower, upper, series, 6, short="naive") == (
+        pytest.approx(2.0 / 2.0)
+    )

@@ -93,17 +93,9 @@ def _per_window(actual, forecast, histories, seasonality):
         seen = ~np.isnan(actual[index])
         y, f = actual[index][seen], forecast[index][seen]
         smapes.append(metrics.smape(y, f))
-        scale = _seasonal_scale(history, seasonality)
+        scale = metrics.seasonal_scale(history, seasonality, short="naive")
         mases.append(metrics.mae(y, f) / scale)
     return np.array(smapes), np.array(mases)
-
-
-def _seasonal_scale(history: np.ndarray, seasonality: int) -> float:
-    lag = seasonality if len(history) > seasonality else 1
-    if len(history) <= lag:
-        return float("nan")
-    scale = float(np.nanmean(np.abs(history[lag:] - history[:-lag])))
-    return float("nan") if scale == 0.0 else scale
 
 
 def point_figures(actual, forecast, histories, seasonality) -> dict[str, float]:
@@ -167,18 +159,15 @@ def scores(forecasts: Forecasts, seasonality: int, interval: float) -> dict:
         values = []
         for index, history in enumerate(histories):
             mask = seen[index]
-            lag = seasonality if len(history) > seasonality else 1
-            if len(history) <= lag:
-                values.append(float("nan"))
-                continue
             values.append(
                 metrics.msis(
                     actual[index][mask],
                     lower[index][mask],
                     upper[index][mask],
                     history,
-                    lag,
+                    seasonality,
                     alpha=1.0 - interval,
+                    short="naive",
                 )  # fmt: skip
             )
         model["msis"] = float(np.nanmean(values))
