@@ -158,20 +158,26 @@ def test_split_without_readable_images_and_bad_folders_are_one_line_errors(tmp_p
 
 
 def test_offline_default_source_says_how_to_use_local_files(tmp_path, monkeypatch):
-    from rnnkit.data import parallel_text
+    """Offline, the Flickr8k download (through rnnkit.data.downloads) fails in one
+    line that names the local folder to use instead, after its attempts."""
+    import keras
 
-    def offline(url, cache_dir=None, timeout=60.0):
-        raise DataError(f"could not download {url} (Name or service not known)")
+    from rnnkit.data import downloads
 
-    monkeypatch.setattr(parallel_text, "download", offline)
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure: Name or service not known")
+
+    monkeypatch.setattr(keras.utils, "get_file", offline)
+    monkeypatch.setattr(downloads.time, "sleep", lambda seconds: None)
     monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "cache"))
     result = invoke(
         "run", "captioning", "--config", str(SMOKE_CONFIG),
         "--run-dir", str(tmp_path / "run"), "--set", "data.path=none",
     )  # fmt: skip
     line = error_line(result)
-    assert "could not download Flickr8k" in line
+    assert "could not download https://github.com/jbrownlee/Datasets/" in line
     assert "--set data.path=../shared/data/captioning" in line
+    assert not (tmp_path / "run").exists()  # nothing that looks like a run
 
 
 def test_imagenet_weights_offline_name_the_way_out(tmp_path, monkeypatch):
