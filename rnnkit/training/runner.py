@@ -7,8 +7,8 @@ the run directory that rnnkit.training.run_dir describes, `run.json` last. Recip
 never call `fit` themselves; tuning trials train through `fit` and
 `tuning_callbacks` too.
 
-Its callbacks are rnnkit.training.callbacks', the training split's batches
-rnnkit.training.training_set's. Where it trains comes from rnnkit.training.runtime
+Its callbacks live in rnnkit.training.callbacks, the batching of the training split in
+rnnkit.training.training_set. Where it trains comes from rnnkit.training.runtime
 (seeds, device, strategy); several devices and machines from rnnkit.training.cluster,
 strategies, text_split and multi_worker. The command line and the recipes reach the
 run directory's names (`runner.load_run`, `runner.CONFIG_FILE`, ...) through this
