@@ -7,12 +7,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.metadata
-import re
 import sys
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from rnnkit._optional import OPTIONAL, MissingDependencyError, optional_import
 
@@ -26,30 +26,33 @@ SOURCES = [ROOT / "rnnkit", ROOT / "recipes"]
 # Imported only under the Keras backend a user chose (rnnkit/training/runtime.py):
 # whoever sets KERAS_BACKEND=jax or torch installs it, as Keras itself asks.
 BACKENDS = {"jax", "torch"}
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+FIRST_PARTY = {"rnnkit", "rnnkit_recipes", "__future__"}
 
 
 def _declared() -> tuple[set[str], dict[str, set[str]]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
-    core = {_canonical(Requirement(line).name) for line in project["dependencies"]}
+    core = {
+        canonicalize_name(Requirement(line).name) for line in project["dependencies"]
+    }
     extras = {
-        extra: {_canonical(Requirement(line).name) for line in lines}
+        extra: {canonicalize_name(Requirement(line).name) for line in lines}
         for extra, lines in project["optional-dependencies"].items()
     }
     return core, extras
 
 
-def _imports() -> dict[str, list[str]]:
-    """{top-level module: ["file:line", ...]} of every import statement and
-    `optional_import("...")` call in rnnkit/ and recipes/, third-party only."""
-    found: dict[str, list[str]] = {}
+@functools.cache
+def _import_sites() -> tuple[tuple[str, str, bool], ...]:
+    """(top-level module, "file:line", through `optional_import`) of every import
+    statement and `optional_import("...")` call in rnnkit/ and recipes/ but
+    rnnkit/_optional.py, third-party only: the source is read once for every test."""
+    found = []
     for folder in SOURCES:
         for path in sorted(folder.rglob("*.py")):
-            tree = ast.parse(path.read_text("utf-8"))
-            for node in ast.walk(tree):
+            if path.name == "_optional.py" and path.parent.name == "rnnkit":
+                continue
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                optional = False
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -59,19 +62,23 @@ def _imports() -> dict[str, list[str]]:
                     and getattr(node.func, "id", None) == "optional_import"
                     and isinstance(node.args[0], ast.Constant)
                 ):
-                    names = [node.args[0].value]
+                    names, optional = [node.args[0].value], True
                 else:
                     continue
                 for name in names:
                     top = name.split(".")[0]
-                    if top in sys.stdlib_module_names or top in (
-                        "rnnkit",
-                        "rnnkit_recipes",
-                        "__future__",
-                    ):
+                    if top in sys.stdlib_module_names or top in FIRST_PARTY:
                         continue
                     where = f"{path.relative_to(ROOT)}:{node.lineno}"
-                    found.setdefault(top, []).append(where)
+                    found.append((top, where, optional))
+    return tuple(found)
+
+
+def _imports() -> dict[str, list[str]]:
+    """{top-level module: ["file:line", ...]} of `_import_sites`."""
+    found: dict[str, list[str]] = {}
+    for top, where, _ in _import_sites():
+        found.setdefault(top, []).append(where)
     return found
 
 
@@ -85,7 +92,7 @@ def _distribution(module: str) -> str:
     Python 3.10 fallback of tomllib) under the module's own name."""
     names = _distributions().get(module) or [module]
     # protobuf and googleapis share `google`; the first is enough to name it.
-    return _canonical(names[0])
+    return canonicalize_name(names[0])
 
 
 def test_every_imported_package_is_declared():
@@ -102,26 +109,13 @@ def test_every_imported_package_is_declared():
 def test_packages_of_an_extra_are_imported_through_optional_import():
     core, extras = _declared()
     plain: dict[str, list[str]] = {}
-    for folder in SOURCES:
-        for path in sorted(folder.rglob("*.py")):
-            if path.name == "_optional.py":
-                continue
-            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module]
-                else:
-                    continue
-                for name in names:
-                    top = name.split(".")[0]
-                    if top in OPTIONAL:
-                        where = f"{path.relative_to(ROOT)}:{node.lineno}"
-                        plain.setdefault(top, []).append(where)
+    for top, where, optional in _import_sites():
+        if top in OPTIONAL and not optional:
+            plain.setdefault(top, []).append(where)
     assert not plain, f"import these with rnnkit._optional.optional_import: {plain}"
     for module, (package, extra, _) in OPTIONAL.items():
-        assert _canonical(package) in extras[extra], (module, extra)
-        assert _canonical(package) not in core, f"{package} is a core dependency"
+        assert canonicalize_name(package) in extras[extra], (module, extra)
+        assert canonicalize_name(package) not in core, f"{package} is a core dependency"
     for module in _imports():
         if module in BACKENDS:
             continue

@@ -51,6 +51,18 @@ class Panel:
     covariate_names: tuple[str, ...]
     source: str
 
+    def select(self, indices) -> Panel:
+        """The panel of the series at `indices` only, in that order."""
+        return dataclasses.replace(
+            self,
+            ids=[self.ids[i] for i in indices],
+            values=[self.values[i] for i in indices],
+            times=None if self.times is None else [self.times[i] for i in indices],
+            covariates=None
+            if self.covariates is None
+            else [self.covariates[i] for i in indices],
+        )
+
 
 # -- Reading -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ pmdarima); `configs/m4_hourly.toml` is the M4 competition's Hourly set.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from rnnkit.recipe import Metrics, Recipe, RecipeData
 if TYPE_CHECKING:
     import keras
     import keras_tuner
+
+log = logging.getLogger("rnnkit")
 
 
 @dataclasses.dataclass
@@ -265,27 +268,14 @@ def load(config: ForecastingConfig) -> ForecastingData:
             "data.validation_windows, or drop the short series"
         )
     if short.any():
-        import logging
-
-        logging.getLogger("rnnkit").warning(
+        log.warning(
             "%d of %d series are shorter than the test and validation spans (%d "
             "steps); they are left out", int(short.sum()), len(lengths), needed,
         )  # fmt: skip
-        keep = np.flatnonzero(~short)
-        panel = dataclasses.replace(
-            panel,
-            ids=[panel.ids[i] for i in keep],
-            values=[panel.values[i] for i in keep],
-            times=None if panel.times is None else [panel.times[i] for i in keep],
-            covariates=None
-            if panel.covariates is None
-            else [panel.covariates[i] for i in keep],
-        )
+        panel = panel.select(np.flatnonzero(~short))
     grid = to_grid(panel, test_steps, validation_steps)
     if grid.last_times is not None and len(set(grid.last_times)) > 1:
-        import logging
-
-        logging.getLogger("rnnkit").warning(
+        log.warning(
             "the series end at different times (%s to %s): each one's test span is "
             "its own last %d steps, not one common date", min(grid.last_times),
             max(grid.last_times), test_steps,

@@ -91,9 +91,6 @@ def download(
 
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     name = url.rstrip("/").rsplit("/", 1)[-1]
-    path = folder / name
-    if path.exists() and file_hash is None:
-        check_archive(path)  # with a hash, get_file checks it and fetches again
     folder.mkdir(parents=True, exist_ok=True)
     pause = FIRST_PAUSE
     for attempt in range(1, attempts + 1):
@@ -118,6 +115,8 @@ def download(
             )
             time.sleep(pause)
             pause *= 2
+    # A cached copy comes back as it is (fetched again first when it fails a known
+    # hash): a damaged archive is named here, whether cached or just downloaded.
     path = Path(fetched)
     check_archive(path)
     return path
