@@ -142,3 +142,13 @@ def test_a_layer_of_another_package_reloads_where_its_module_is_imported(
         AssertionError, match="check fresh_process_reload failed: the model did not"
     ):
         check_recurrent_layer(MyRNN, checks=["fresh_process_reload"], reload_modules=[])
+
+
+def test_rnnkits_own_layers_share_one_reload_process():
+    """rnnkit's layer modules are imported by every reload process at its start, so
+    they start no process of their own; another package's module does."""
+    from rnnkit.testing._reload import _own_modules
+
+    assert _own_modules(("rnnkit.layers.lstm", "rnnkit.layers")) == ()
+    assert _own_modules(("rnnkit.layers.gru", "my_cells.cells")) == ("my_cells.cells",)
+    assert _own_modules(("rnnkit.layersmith",)) == ("rnnkit.layersmith",)
