@@ -42,6 +42,19 @@ LONGEST_FIRST = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores this process may use. A worker
+    waits while the processes its test started work (killed runs, distributed
+    workers, notebook kernels, fresh-process reloads) or sleeps out a timeout; with a
+    worker per core that left a quarter of the 2-core CPU idle over the suite. The
+    variable pytest-xdist reads, PYTEST_XDIST_AUTO_NUM_WORKERS, still wins."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere all cores
+    return (len(affinity(0)) if affinity else os.cpu_count() or 1) + 1
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         for number, prefix in enumerate(LONGEST_FIRST):
