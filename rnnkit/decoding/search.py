@@ -191,7 +191,10 @@ def _compile(function: Callable, source: np.ndarray, settings: _Settings) -> Cal
             [None, None] if settings.max_length is None else [None, *source.shape[1:]]
         )
         signature = [tf.TensorSpec(shape, source.dtype)]
-        return tf.function(function, input_signature=signature)
+        # autograph=False: the loops are keras.ops written for jax.jit too, with no
+        # Python branch on a tensor to convert; converting them cost a first search
+        # seconds of Python for nothing.
+        return tf.function(function, input_signature=signature, autograph=False)
     if backend == "jax":
         import jax
 

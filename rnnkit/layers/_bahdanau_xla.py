@@ -73,7 +73,9 @@ def _compiled():
     """The XLA-compiled forward and backward functions (built on first use)."""
     import tensorflow as tf
 
-    compile_ = functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
+    compile_ = functools.partial(
+        tf.function, jit_compile=True, reduce_retracing=True, autograph=False
+    )
     return compile_(_forward), compile_(_backward)
 
 

@@ -154,7 +154,12 @@ def _loops(cell, jit_compile):
 
     from rnnkit.layers import _xla
 
-    compile_ = functools.partial(tf.function, jit_compile=True, reduce_retracing=True)
+    # autograph=False: the loops are explicit tf.while_loops (as everywhere rnnkit
+    # wraps its own code in a tf.function); converting them again in every new
+    # process took a second or more of each run's first trace.
+    compile_ = functools.partial(
+        tf.function, jit_compile=True, reduce_retracing=True, autograph=False
+    )
     return _xla.shared_function(
         cell,
         "bptt",

@@ -205,6 +205,7 @@ def compiled_loop(layer, sequences, initial_state, mask, weights):
             functools.partial(run_loop, cell, options),
             jit_compile=True,
             reduce_retracing=True,
+            autograph=False,
         ),
     )
     leaves = tf.nest.flatten(weights)  # None where a cell has no such weight

@@ -28,7 +28,8 @@ def available() -> bool:
     try:
         # init_scope: run eagerly even when first asked inside a tf.function trace.
         with tf.init_scope(), tf.device("/CPU:0"):
-            tf.function(tiny, jit_compile=True)(tf.zeros((1, 1)))[1].numpy()
+            compiled = tf.function(tiny, jit_compile=True, autograph=False)
+            compiled(tf.zeros((1, 1)))[1].numpy()
     except (tf.errors.OpError, NotImplementedError, ValueError):
         return False
     return True
