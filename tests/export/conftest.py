@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli.support import invoke
 from tests.export.support import stop_children
+from tests.shared_once import made_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,14 +92,15 @@ def trained_run(folder: Path, name: str) -> Path:
 @pytest.fixture(scope="package")
 def runs(tmp_path_factory):
     """{run name (a recipe, or RECIPE_transformer): run directory}, each trained
-    on first use."""
-    folder = tmp_path_factory.mktemp("export_runs")
-    made: dict[str, Path] = {}
+    on first use, once in the session (made_once: pytest-xdist hands a recipe's
+    export tests to several workers). The tests read the runs and export to their
+    own folders."""
 
-    def get(recipe: str) -> Path:
-        if recipe not in made:
-            made[recipe] = trained_run(folder, recipe)
-        return made[recipe]
+    def get(name: str) -> Path:
+        folder = made_once(
+            tmp_path_factory, f"export-run-{name}", lambda f: trained_run(f, name)
+        )
+        return folder / name
 
     return get
 
