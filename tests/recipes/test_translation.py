@@ -27,6 +27,7 @@ from tests import preloaded
 from tests.cli_support import error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
+from tests.shared_once import made_once
 from tests.stock_support import ROOT
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
@@ -34,11 +35,8 @@ MULTI30K = str(TRANSLATION_DATA / "multi30k_{split}.{lang}.gz")
 SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """500 real Multi30k de->en pairs per split, a small model, five epochs."""
-    require(TRANSLATION_DATA / "multi30k_train.de.gz")
-    run_dir = tmp_path_factory.mktemp("runs") / "translation"
+def _smoke_run(folder):
+    run_dir = folder / "translation"
     records = []
     handler = logging.Handler()
     handler.emit = records.append
@@ -51,7 +49,19 @@ def smoke_run(tmp_path_factory):
     finally:
         logging.getLogger("rnnkit").removeHandler(handler)
     assert result.exit_code == 0, result.output[-3000:]
-    return run_dir, [record.getMessage() for record in records]
+    messages = [record.getMessage() for record in records]
+    (folder / "messages.json").write_text(json.dumps(messages), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """500 real Multi30k de->en pairs per split, a small model, five epochs: trained
+    once in the session (the module's tests may run on several workers), read-only;
+    with the rnnkit log messages of the run."""
+    require(TRANSLATION_DATA / "multi30k_train.de.gz")
+    folder = made_once(tmp_path_factory, "translation-smoke", _smoke_run)
+    messages = json.loads((folder / "messages.json").read_text(encoding="utf-8"))
+    return folder / "translation", messages
 
 
 def test_run_writes_the_run_directory_and_the_loss_falls(smoke_run):
