@@ -16,13 +16,12 @@ from rnnkit.training import runner
 from tests.cli_support import error_line, invoke
 from tests.recipes.test_translation import MULTI30K, SMOKE_CONFIG, TRANSLATION_DATA
 from tests.shared_data import require
+from tests.shared_once import made_once
 from tests.transformer_support import assert_search_space_sets_its_fields
 
 
-@pytest.fixture(scope="module")
-def transformer_run(tmp_path_factory):
-    require(TRANSLATION_DATA / "multi30k_train.de.gz")
-    run_dir = tmp_path_factory.mktemp("runs") / "translation_transformer"
+def _train(folder):
+    run_dir = folder / "translation_transformer"
     result = invoke(
         "run", "translation", "--config", str(SMOKE_CONFIG),
         "--set", f"data.path={MULTI30K}", "--run-dir", str(run_dir),
@@ -33,7 +32,15 @@ def transformer_run(tmp_path_factory):
         "--set", "evaluation.heatmap_heads=each",
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-3000:]
-    return run_dir
+
+
+@pytest.fixture(scope="module")
+def transformer_run(tmp_path_factory):
+    """Trained once in the session (the module's tests may run on several
+    workers); read-only."""
+    require(TRANSLATION_DATA / "multi30k_train.de.gz")
+    folder = made_once(tmp_path_factory, "translation-transformer", _train)
+    return folder / "translation_transformer"
 
 
 def test_the_transformer_trains_and_evaluates_beside_the_baselines(transformer_run):
