@@ -14,11 +14,11 @@ import sys
 import pytest
 
 # One thread per operation inside each test worker (and the processes it starts):
-# pytest-xdist runs a worker per core, and two workers each spreading every matmul
-# over both cores spent a seventh of the suite's CPU time contending for them
-# (measured on the 2-core Xeon). Inter-op threads are left alone: recipe runs keep
-# the batch-sharded path they take on a 2-core machine. Set before any test module
-# imports TensorFlow; a value the caller exported wins.
+# pytest-xdist runs a worker per core (and one more, below), and two workers each
+# spreading every matmul over both cores spent a seventh of the suite's CPU time
+# contending for them (measured on the 2-core Xeon). Inter-op threads are left
+# alone: recipe runs keep the batch-sharded path they take on a 2-core machine. Set
+# before any test module imports TensorFlow; a value the caller exported wins.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
