@@ -25,7 +25,7 @@ RECIPES = {
     "stock": ((), "mae", 0.01),
     "sentiment": (("--epochs", "1"), "roc_auc", 0.02),
     "language_model": (("--epochs", "1"), "perplexity", 0.01),
-    # 200 of the smoke config's 500 pairs: a third of the time per run.
+    # 200 of the smoke config's 500 pairs: less data work per run, the same checks.
     "translation": (
         ("--epochs", "1", "--set", "data.limit=200"),
         "val_perplexity",
