@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from click.testing import CliRunner
 
 from rnnkit.cli import main
@@ -18,3 +20,21 @@ def error_line(result) -> str:
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.output
     return errors[0]
+
+
+class Messages:
+    """Collects the rnnkit log messages while it is active."""
+
+    def __enter__(self):
+        self.messages = []
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.messages.append(record.getMessage())
+        self.logger = logging.getLogger("rnnkit")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self.handler)
+        return self.messages
+
+    def __exit__(self, *_):
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)

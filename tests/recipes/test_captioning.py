@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 import os
 import re
 import zipfile
@@ -24,7 +23,7 @@ from rnnkit_recipes.captioning.recipe import CaptioningConfig, CaptioningRecipe
 from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, DataError
 from tests import preloaded
-from tests.cli_support import error_line, invoke
+from tests.cli_support import Messages, error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
 from tests.stock_support import ROOT
@@ -42,24 +41,6 @@ def require_data():
 def data_dir(tmp_path, monkeypatch):
     """The default cache of features and decoded images, in the test's folder."""
     monkeypatch.setenv("RNNKIT_DATA_DIR", str(tmp_path / "rnnkit-data"))
-
-
-class Messages:
-    """Collects the rnnkit log messages while it is active."""
-
-    def __enter__(self):
-        self.messages = []
-        self.handler = logging.Handler()
-        self.handler.emit = lambda record: self.messages.append(record.getMessage())
-        self.logger = logging.getLogger("rnnkit")
-        self.level = self.logger.level
-        self.logger.setLevel(logging.INFO)
-        self.logger.addHandler(self.handler)
-        return self.messages
-
-    def __exit__(self, *_):
-        self.logger.removeHandler(self.handler)
-        self.logger.setLevel(self.level)
 
 
 def real_images(count: int, split_file: str) -> list[str]:

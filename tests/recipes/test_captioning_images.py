@@ -19,12 +19,11 @@ from rnnkit_recipes.captioning.sources import read_flickr8k_captions
 from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError, DataError
 from rnnkit.models.image_encoder import image_encoder
-from tests.cli_support import error_line, invoke
+from tests.cli_support import Messages, error_line, invoke
 from tests.recipes.test_captioning import (
     FLICKR8K,
     IMAGE_ZIP,
     SMOKE_CONFIG,
-    Messages,
     config_for,
     real_images,
     write_flickr_folder,

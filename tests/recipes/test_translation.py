@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
 import re
 import unicodedata
@@ -24,7 +23,7 @@ from rnnkit.data.parallel_text import (
 )
 from rnnkit.training import runner
 from tests import preloaded
-from tests.cli_support import error_line, invoke
+from tests.cli_support import Messages, error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
 from tests.shared_once import made_once
@@ -37,19 +36,12 @@ SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
 
 def _smoke_run(folder):
     run_dir = folder / "translation"
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logging.getLogger("rnnkit").addHandler(handler)
-    try:
+    with Messages() as messages:
         result = invoke(
             "run", "translation", "--config", str(SMOKE_CONFIG),
             "--set", f"data.path={MULTI30K}", "--run-dir", str(run_dir),
         )  # fmt: skip
-    finally:
-        logging.getLogger("rnnkit").removeHandler(handler)
     assert result.exit_code == 0, result.output[-3000:]
-    messages = [record.getMessage() for record in records]
     (folder / "messages.json").write_text(json.dumps(messages), encoding="utf-8")
 
 
