@@ -71,12 +71,9 @@ def _backward(projected_query, projected_key, score_vector, d_scores):
 @functools.cache
 def _compiled():
     """The XLA-compiled forward and backward functions (built on first use)."""
-    import tensorflow as tf
+    from rnnkit.layers import _xla
 
-    compile_ = functools.partial(
-        tf.function, jit_compile=True, reduce_retracing=True, autograph=False
-    )
-    return compile_(_forward), compile_(_backward)
+    return _xla.compiled(_forward), _xla.compiled(_backward)
 
 
 def sequence_scores(projected_query, projected_key, score_vector):

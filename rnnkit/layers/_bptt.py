@@ -29,8 +29,6 @@ the tape does not record inside them: the backward loop is the gradient.
 
 from __future__ import annotations
 
-import functools
-
 
 def _forward_loop(cell, x, mask, states0, weights, stacked):
     """h_t of every step (time, batch, units), the final states, and what the
@@ -150,20 +148,12 @@ def _loops(cell, jit_compile):
     input shape)."""
     if not jit_compile:
         return _loop_functions(cell, stacked=False)
-    import tensorflow as tf
-
     from rnnkit.layers import _xla
 
-    # autograph=False: the loops are explicit tf.while_loops (as everywhere rnnkit
-    # wraps its own code in a tf.function); converting them again in every new
-    # process took a second or more of each run's first trace.
-    compile_ = functools.partial(
-        tf.function, jit_compile=True, reduce_retracing=True, autograph=False
-    )
     return _xla.shared_function(
         cell,
         "bptt",
-        lambda clone: tuple(map(compile_, _loop_functions(clone, stacked=True))),
+        lambda clone: tuple(map(_xla.compiled, _loop_functions(clone, stacked=True))),
     )
 
 

@@ -201,12 +201,7 @@ def compiled_loop(layer, sequences, initial_state, mask, weights):
     compiled = _xla.shared_function(
         layer.cell,
         ("loop", options),
-        lambda cell: tf.function(
-            functools.partial(run_loop, cell, options),
-            jit_compile=True,
-            reduce_retracing=True,
-            autograph=False,
-        ),
+        lambda cell: _xla.compiled(functools.partial(run_loop, cell, options)),
     )
     leaves = tf.nest.flatten(weights)  # None where a cell has no such weight
 

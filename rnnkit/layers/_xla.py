@@ -39,6 +39,19 @@ _SHARED_MAX = 64
 _shared = collections.OrderedDict()
 
 
+def compiled(function):
+    """`function` as rnnkit compiles its own loops: XLA (`jit_compile`), one trace for
+    inputs of varying shapes where it can (`reduce_retracing`), and no autograph: the
+    loops are explicit `tf.while_loop`s and `keras.ops` (written for `jax.jit` too),
+    and converting them again in every new process took a second or more of each
+    run's first trace."""
+    import tensorflow as tf
+
+    return tf.function(
+        function, jit_compile=True, reduce_retracing=True, autograph=False
+    )
+
+
 def shared_function(owner, purpose, make):
     """The compiled function `make(clone)` for `owner` (a cell), shared by every cell
     with the same class and config, so that XLA compiles once per process and input
