@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -213,6 +214,8 @@ class Popen:
             )
             self._process.start()
             self.pid = self._process.pid
+            if start_new_session:
+                self._wait_for_own_session()
         else:
             merged = self._paths[1] == self._paths[0]
             with open(self._paths[0], "ab") as out, open(self._paths[1], "ab") as err:
@@ -223,6 +226,19 @@ class Popen:
                 )  # fmt: skip
             self.pid = self._popen.pid
         self.returncode: int | None = None
+
+    def _wait_for_own_session(self) -> None:
+        """Returns once the forked process leads its own session, as
+        subprocess.Popen(start_new_session=True) does: a caller that signals the
+        process group at once (jupyter_client does) would otherwise reach the fork
+        server's group, the test worker's own."""
+        while self._process.exitcode is None:
+            try:
+                if os.getpgid(self.pid) == self.pid:
+                    return
+            except ProcessLookupError:
+                return
+            time.sleep(0.001)
 
     def poll(self) -> int | None:
         if self.returncode is None:
