@@ -1,12 +1,16 @@
 """Every teaching notebook runs top to bottom without an error, and the committed
 copies hold the outputs of such a run."""
 
+import os
+import signal
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.provisioning import local_provisioner
 from nbclient import NotebookClient
 
+from tests import preloaded
 from tests.shared_data import SHARED_DATA, require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +56,37 @@ QUICK: dict[str, dict[str, object]] = {
     },
     "07_from_attention_to_transformer": {"TRAIN_PAIRS": 120, "EPOCHS": 1},
 }
+
+
+class _Kernel(preloaded.Popen):
+    """The kernel process as jupyter_client's local provisioner handles it."""
+
+    stdin = stdout = stderr = None  # the provisioner closes those it finds
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+def _kernel_launcher(log: Path):
+    """jupyter_client's `launch_kernel`, forking the kernel from the test worker's
+    preloaded interpreter (tests/preloaded.py) instead of starting `python` afresh: a
+    kernel imports TensorFlow in its first cell, 7 to 8 s of CPU for each notebook.
+    Its own session, as jupyter_client gives it; its output goes to `log`."""
+
+    def launch(cmd, stdin=None, stdout=None, stderr=None, env=None, cwd=None, **_):
+        assert Path(cmd[0]).name.startswith("python") and cmd[1] == "-m", cmd
+        environment = dict(os.environ if env is None else env)
+        environment["JPY_PARENT_PID"] = str(os.getpid())
+        return _Kernel(
+            cmd[1:],
+            cwd=cwd,
+            env=environment,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+
+    return launch
 
 
 def _errors(notebook) -> list:
@@ -102,6 +137,8 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     # The notebooks run in tmp_path (their run folders land there) and find the
     # repository, and the shared data beside it, through RNNKIT_ROOT.
     monkeypatch.setenv("RNNKIT_ROOT", str(ROOT))
+    log = tmp_path / "kernel.log"
+    monkeypatch.setattr(local_provisioner, "launch_kernel", _kernel_launcher(log))
     notebook = nbformat.read(path, as_version=4)
     quick = QUICK.get(path.stem, {})
     if quick:
@@ -110,12 +147,17 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         )
         lines = [f"{name} = {value!r}" for name, value in quick.items()]
         notebook.cells.insert(first + 1, nbformat.v4.new_code_cell("\n".join(lines)))
-    NotebookClient(
-        notebook,
-        timeout=600,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
+    try:
+        NotebookClient(
+            notebook,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+        ).execute()
+    except Exception:
+        if log.exists():
+            print(log.read_text(errors="replace")[-3000:])
+        raise
     assert not _errors(notebook)
 
 
