@@ -5,7 +5,9 @@ one interpreter (each in its own namespace, in order). ```bash blocks run comman
 command, in order, in one scratch folder per page where `recipes/` is the repository's
 and `../shared` (the real data the smoke configs read) lies beside it, as in CI:
 `rnnkit` commands in this process through click's CliRunner (one TensorFlow start-up
-instead of one per command), `python -c` in a subprocess.
+instead of one per command), `python -c` in a subprocess. A recipe's smoke command
+(`rnnkit run NAME --config recipes/NAME/configs/smoke.toml --run-dir runs/NAME/smoke`,
+on several pages) is run once in the session for all of them (tests/smoke_runs.py).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests import preloaded
+from tests import preloaded, smoke_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 # pymdownx.snippets: a line `--8<-- "path"` stands for the file at path (from the root).
@@ -116,7 +119,11 @@ def prepare(command: str, workdir: Path) -> None:
             )
 
 
-def run_shell_block(block: str, workdir: Path, monkeypatch) -> None:
+def run_shell_block(
+    block: str, workdir: Path, monkeypatch, tmp_path_factory=None
+) -> None:
+    """Runs `block`'s commands in `workdir`. With `tmp_path_factory`, a recipe's smoke
+    command (tests/smoke_runs.py) is the session's one run of it, copied here."""
     from click.testing import CliRunner
 
     from rnnkit.cli import main
@@ -127,7 +134,14 @@ def run_shell_block(block: str, workdir: Path, monkeypatch) -> None:
     for command in shell_commands(block):
         prepare(command, workdir)
         words = shlex.split(command)
-        if words[0] == "rnnkit":
+        recipe = smoke_runs.recipe_of(command)
+        if recipe and tmp_path_factory is not None:
+            shared = smoke_runs.smoke_run(tmp_path_factory, recipe)
+            assert shared.exit_code == 0, f"{command}\n{shared.output[-3000:]}"
+            target = workdir / "runs" / recipe / "smoke"
+            assert not target.exists(), f"{command}: {target} exists already"
+            shutil.copytree(shared.run_dir, target, symlinks=True)
+        elif words[0] == "rnnkit":
             result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
             assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
         elif words[0] == "python":

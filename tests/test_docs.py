@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import preloaded
+from tests import preloaded, smoke_runs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,6 +34,7 @@ from tests.markdown_examples import (
     make_workdir,
     run_python,
     run_shell_block,
+    shell_commands,
 )
 
 DOCS = ROOT / "docs"
@@ -208,14 +209,33 @@ def shell_pages() -> list:
 
 
 @pytest.mark.parametrize(("page", "shell_blocks"), shell_pages())
-def test_docs_shell_commands_run(page, shell_blocks, tmp_path, monkeypatch):
+def test_docs_shell_commands_run(
+    page, shell_blocks, tmp_path, monkeypatch, tmp_path_factory
+):
     """A page's commands build on each other (launcher.md writes msft.csv in one
     block and reads it in a later one), so they run in one test, in order, in one
     scratch folder: split into a test per block, xdist ran two blocks of one page on
     two workers (in two folders) although they were grouped to run on one."""
     workdir = make_workdir(tmp_path)
     for block in shell_blocks:
-        run_shell_block(block, workdir, monkeypatch)
+        run_shell_block(block, workdir, monkeypatch, tmp_path_factory)
+
+
+def test_every_recipe_smoke_command_is_shared_by_the_pages():
+    """The recipes page gives each recipe's smoke command word for word as
+    tests/smoke_runs.py runs it once for all the pages and recipe tests that need it;
+    a command with anything more is a command of its own, run where it stands."""
+    page = (DOCS / "recipes" / "index.md").read_text("utf-8")
+    commands = [c for block in blocks(page, "bash") for c in shell_commands(block)]
+    shared = [smoke_runs.recipe_of(command) for command in commands]
+    recipes = (ROOT / "recipes").glob("*/configs/smoke.toml")
+    assert sorted(name for name in shared if name) == sorted(
+        path.parents[1].name for path in recipes
+    )
+    stock = smoke_runs.COMMAND.format(name="stock")
+    assert smoke_runs.recipe_of(stock.replace(" ", "  ")) == "stock"
+    assert smoke_runs.recipe_of(f"{stock} --set train.epochs=1") is None
+    assert smoke_runs.recipe_of(stock.replace("runs/stock/smoke", "runs/x")) is None
 
 
 def test_docs_home_opens_with_the_readme_commands():

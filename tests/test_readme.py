@@ -35,8 +35,8 @@ def workdir(tmp_path_factory):
 @pytest.mark.parametrize(
     "block", SHELL_BLOCKS, ids=lambda block: shell_commands(block)[0][:50]
 )
-def test_readme_shell_commands_run(block, workdir, monkeypatch):
-    run_shell_block(block, workdir, monkeypatch)
+def test_readme_shell_commands_run(block, workdir, monkeypatch, tmp_path_factory):
+    run_shell_block(block, workdir, monkeypatch, tmp_path_factory)
 
 
 def test_readme_links_into_the_docs():

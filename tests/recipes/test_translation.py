@@ -22,11 +22,10 @@ from rnnkit.data.parallel_text import (
     tokenize,
 )
 from rnnkit.training import runner
-from tests import preloaded
-from tests.cli_support import Messages, error_line, invoke
+from tests import preloaded, smoke_runs
+from tests.cli_support import error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
-from tests.shared_once import made_once
 from tests.stock_support import ROOT
 
 TRANSLATION_DATA = ROOT.parent / "shared" / "data" / "translation"
@@ -34,26 +33,15 @@ MULTI30K = str(TRANSLATION_DATA / "multi30k_{split}.{lang}.gz")
 SMOKE_CONFIG = ROOT / "recipes" / "translation" / "configs" / "smoke.toml"
 
 
-def _smoke_run(folder):
-    run_dir = folder / "translation"
-    with Messages() as messages:
-        result = invoke(
-            "run", "translation", "--config", str(SMOKE_CONFIG),
-            "--set", f"data.path={MULTI30K}", "--run-dir", str(run_dir),
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output[-3000:]
-    (folder / "messages.json").write_text(json.dumps(messages), encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """500 real Multi30k de->en pairs per split, a small model, five epochs: trained
-    once in the session (the module's tests may run on several workers), read-only;
-    with the rnnkit log messages of the run."""
+    """500 real Multi30k de->en pairs per split, a small model, five epochs: the
+    smoke command of the docs, run once in the session (tests/smoke_runs.py) and
+    read-only here; with the rnnkit log messages of the run."""
     require(TRANSLATION_DATA / "multi30k_train.de.gz")
-    folder = made_once(tmp_path_factory, "translation-smoke", _smoke_run)
-    messages = json.loads((folder / "messages.json").read_text(encoding="utf-8"))
-    return folder / "translation", messages
+    shared = smoke_runs.smoke_run(tmp_path_factory, "translation")
+    assert shared.exit_code == 0, shared.output[-3000:]
+    return shared.run_dir, shared.messages
 
 
 def test_run_writes_the_run_directory_and_the_loss_falls(smoke_run):
