@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.support import invoke
-from tests.stock_support import SMOKE_CONFIG
+from tests import smoke_runs
 
 
 @pytest.fixture(scope="package")
 def smoke_run(tmp_path_factory):
-    """One completed smoke run of the stock recipe, shared by the read-only tests."""
-    run_dir = tmp_path_factory.mktemp("cli") / "smoke"
-    result = invoke(
-        "run", "stock", "--config", str(SMOKE_CONFIG), "--run-dir", str(run_dir)
-    )
-    assert result.exit_code == 0, result.output
-    return run_dir, result
+    """The stock recipe's smoke command of the docs, run once in the session
+    (tests/smoke_runs.py): its run directory (read-only) and what it printed."""
+    shared = smoke_runs.smoke_run(tmp_path_factory, "stock")
+    assert shared.exit_code == 0, shared.output
+    return shared.run_dir, shared.output
