@@ -432,10 +432,15 @@ def teacher_forced_figures(model: keras.Model, dataset) -> dict[str, float]:
     from keras import ops
 
     # One compiled forward pass for every batch shape (an eager call would run the
-    # recurrent loops step by step in Python; Keras' predict step retraces per shape).
+    # recurrent loops step by step in Python; Keras' predict step retraces per shape):
+    # traced once, for the batch and lengths left unknown.
+    inputs_spec = tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([None] * spec.shape.rank, spec.dtype),
+        dataset.element_spec[0],
+    )
     forward = tf.function(
         lambda inputs: ops.log_softmax(model(inputs, training=False), axis=-1),
-        reduce_retracing=True,
+        input_signature=[inputs_spec],
     )
     total_log_prob, correct, count = 0.0, 0, 0
     for inputs, target_out in dataset:
