@@ -14,11 +14,12 @@ predict runs/NAME/smoke ...`) copies it into its own scratch folder first.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.shared_once import made_once
 
@@ -34,8 +35,7 @@ RESULT_FILE = "result.json"
 
 @dataclass(frozen=True)
 class SmokeRun:
-    workdir: Path  # the scratch checkout the command ran in
-    run_dir: Path  # workdir / runs/NAME/smoke
+    run_dir: Path  # runs/NAME/smoke in the scratch checkout the command ran in
     exit_code: int
     output: str
     messages: list[str]
@@ -56,22 +56,16 @@ def _run(folder: Path, name: str) -> None:
 
     workdir = make_workdir(folder)
     words = shlex.split(COMMAND.format(name=name))
-    saved = os.environ.get("RNNKIT_DATA_DIR")
-    # Caches (captioning features) go to the scratch folder, as in the docs tests.
-    os.environ["RNNKIT_DATA_DIR"] = str(workdir / "rnnkit-data")
-    cwd = os.getcwd()
-    os.chdir(workdir)
-    try:
-        with Messages() as messages:
-            result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
-    finally:
-        os.chdir(cwd)
-        if saved is None:
-            del os.environ["RNNKIT_DATA_DIR"]
-        else:
-            os.environ["RNNKIT_DATA_DIR"] = saved
-    record = {"exit_code": result.exit_code, "output": result.output}
-    record["messages"] = messages
+    with pytest.MonkeyPatch.context() as patch, Messages() as messages:
+        patch.chdir(workdir)
+        # Caches (captioning features) go to the scratch folder, as in the docs tests.
+        patch.setenv("RNNKIT_DATA_DIR", str(workdir / "rnnkit-data"))
+        result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
+    record = {
+        "exit_code": result.exit_code,
+        "output": result.output,
+        "messages": messages,
+    }
     (folder / RESULT_FILE).write_text(json.dumps(record), encoding="utf-8")
 
 
@@ -79,10 +73,8 @@ def smoke_run(tmp_path_factory, name: str) -> SmokeRun:
     """Recipe `name`'s smoke command, run once in the session (see the module)."""
     folder = made_once(tmp_path_factory, f"smoke-run-{name}", lambda f: _run(f, name))
     record = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
-    workdir = folder / "rnnkit"
     return SmokeRun(
-        workdir=workdir,
-        run_dir=workdir / "runs" / name / "smoke",
+        run_dir=folder / "rnnkit" / "runs" / name / "smoke",
         exit_code=record["exit_code"],
         output=record["output"],
         messages=record["messages"],
