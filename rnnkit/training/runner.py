@@ -76,6 +76,7 @@ __all__ = [
     # The run, defined here.
     "RunResult",
     "backtest",
+    "build_before_tracing",
     "fit",
     "run",
     "tuning_callbacks",
@@ -140,8 +141,46 @@ def fit(
     if isinstance(data.validation, tuple):
         common["validation_batch_size"] = config.train.batch_size
     common.update(overrides)
+    train = training_set(data.train, config)
+    build_before_tracing(model, train)
     # A dataset shuffles itself (Keras warns if asked to shuffle one).
-    return model.fit(training_set(data.train, config), shuffle=False, **common)
+    return model.fit(train, shuffle=False, **common)
+
+
+def build_before_tracing(model: keras.Model, train: Any) -> None:
+    """Creates the optimizer's and the compiled metrics' and loss's variables from
+    the training set's element spec (symbolic: no batch is drawn), before `fit`
+    traces its train step.
+
+    Keras does this itself only under a distribution strategy; otherwise the
+    variables are created inside the first trace, and TensorFlow then traces the
+    step again, since a `tf.function` whose first trace created variables is traced
+    anew without them. On the translation smoke run that second trace of the
+    training step was 3 of its 23 s, and every run paid it before its first step.
+    Nothing is done where Keras would do it anyway or cannot (other backends, a
+    Keras without the private method, a training split without an element spec).
+    """
+    import keras
+
+    from rnnkit._keras_private import symbolic_build
+
+    spec = getattr(train, "element_spec", None)
+    build = symbolic_build(model)
+    if (
+        keras.backend.backend() != "tensorflow"
+        or spec is None
+        or build is None
+        or not getattr(model, "compiled", False)
+    ):
+        return
+    batch = keras.tree.map_structure(
+        lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
+    )
+    try:
+        with model.distribute_strategy.scope():
+            build(data_batch=batch)
+    except Exception as error:  # Keras builds them in the first trace instead
+        log.debug("variables left to fit's first trace: %s", error)
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:

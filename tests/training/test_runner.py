@@ -368,3 +368,29 @@ def test_training_set_batches_arrays_as_keras_would():
         runner.training_set((first, np.arange(5)), config)
     with pytest.raises(DataError, match="holds no examples"):
         runner.training_set((first[:0], first[:0]), config)
+
+
+def test_fit_traces_the_train_and_test_steps_once():
+    """The optimizer's and the compiled metrics' variables exist before `fit`
+    traces: a step whose first trace created them would be traced a second time
+    (runner.build_before_tracing; without it each step below is traced twice)."""
+    import keras
+
+    traced = {"train": 0, "test": 0}
+
+    class Counted(keras.Sequential):
+        def train_step(self, data):
+            traced["train"] += 1
+            return super().train_step(data)
+
+        def test_step(self, data):
+            traced["test"] += 1
+            return super().test_step(data)
+
+    recipe = ToyRecipe()
+    config = ToyConfig(train=TrainConfig(epochs=2, batch_size=16, patience=0))
+    model = Counted([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.01), "mse", metrics=["mae"])
+    history = runner.fit(model, recipe.load_data(config), config, [], verbose=0)
+    assert len(history.history["val_mae"]) == 2
+    assert traced == {"train": 1, "test": 1}
