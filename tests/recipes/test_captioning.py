@@ -26,6 +26,7 @@ from tests import preloaded
 from tests.cli_support import Messages, error_line, invoke
 from tests.config_support import check_shipped_configs
 from tests.shared_data import require
+from tests.smoke_runs import smoke_run as shared_smoke_run
 from tests.stock_support import ROOT
 
 FLICKR8K = ROOT.parent / "shared" / "data" / "captioning"
@@ -376,17 +377,12 @@ def test_consensus_caption_is_the_best_corpus_bleu_against_the_others():
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """40 real Flickr8k images per split, a tiny CNN + LSTM, one epoch."""
+    """The docs' smoke run (40 real Flickr8k images per split, a tiny CNN + LSTM,
+    one epoch), made once in the session (tests/smoke_runs.py) and read only."""
     require_data()
-    run_dir = tmp_path_factory.mktemp("runs") / "captioning"
-    with Messages() as messages:
-        result = invoke(
-            "run", "captioning", "--config", str(SMOKE_CONFIG),
-            "--set", f"data.path={FLICKR8K}", "--run-dir", str(run_dir),
-            "--set", f"data.cache_dir={run_dir.parent / 'cache'}",
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output[-3000:]
-    return run_dir, messages
+    run = shared_smoke_run(tmp_path_factory, "captioning")
+    assert run.exit_code == 0, run.output[-3000:]
+    return run.run_dir, run.messages
 
 
 def test_run_writes_metrics_baselines_and_attention_overlays(smoke_run):

@@ -14,6 +14,7 @@ import pytest
 from rnnkit import config as config_lib
 from tests.cli_support import error_line, invoke
 from tests.shared_once import made_once
+from tests.smoke_runs import smoke_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,9 +58,14 @@ def _read(run_dir):
 @pytest.fixture(scope="module")
 def float32_runs(tmp_path_factory):
     """The float32 run of each recipe, made once in the session for both policies
-    (which pytest-xdist may hand to two workers)."""
+    (which pytest-xdist may hand to two workers): the docs' smoke run itself
+    (tests/smoke_runs.py) where the recipe's options here add nothing to it."""
 
     def get(name):
+        if not RECIPES[name][0]:
+            run = smoke_run(tmp_path_factory, name)
+            assert run.exit_code == 0, run.output[-3000:]
+            return _read(run.run_dir)
         folder = made_once(
             tmp_path_factory,
             f"precision-float32-{name}",
