@@ -10,6 +10,7 @@ per-operation dispatch; it compiles once per input shape.
 from __future__ import annotations
 
 import collections
+import contextvars
 import functools
 import json
 import warnings
@@ -37,6 +38,13 @@ def available() -> bool:
 
 _SHARED_MAX = 64
 _shared = collections.OrderedDict()
+# True while `shared_function` makes its clone of a cell. The clone runs inside the
+# compiled loops, which take the dropout masks as arguments, so it draws none and
+# gets no seed generator (rnnkit.layers.recurrent): the generator's state is a
+# variable, and a variable created during a `tf.function` trace (the clone is made
+# at the first call, often inside `fit`'s train step) makes TensorFlow trace that
+# function a second time, even under `tf.init_scope`.
+making_clone = contextvars.ContextVar("rnnkit_making_loop_clone", default=False)
 
 
 def compiled(function):
@@ -89,8 +97,12 @@ def shared_function(owner, purpose, make):
         return _shared[key]
     import tensorflow as tf
 
-    with tf.init_scope():  # a cell's seed generator is a variable: make it eagerly
-        clone = type(owner).from_config(config)
+    marked = making_clone.set(True)
+    try:
+        with tf.init_scope():
+            clone = type(owner).from_config(config)
+    finally:
+        making_clone.reset(marked)
     function = make(clone)
     _shared[key] = function
     if len(_shared) > _SHARED_MAX:

@@ -24,7 +24,7 @@ from keras import ops
 # The dropout-cell mix-in is private: it comes from the one module that checks such
 # symbols (see its docstring).
 from rnnkit._keras_private import DropoutRNNCell
-from rnnkit.layers import _export, _kernels, _loops
+from rnnkit.layers import _export, _kernels, _loops, _xla
 from rnnkit.layers._cell_math import (
     STATE_DTYPE,
     activation_name,
@@ -135,7 +135,10 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         self.dropout = check_rate("dropout", dropout)
         self.recurrent_dropout = check_rate("recurrent_dropout", recurrent_dropout)
         self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed=seed)
+        # None in the clone a shared compiled loop is made from (see _xla.making_clone).
+        self.seed_generator = (
+            None if _xla.making_clone.get() else keras.random.SeedGenerator(seed=seed)
+        )
         self.output_size = units
 
     def _add_kernels(self, input_dim: int) -> None:

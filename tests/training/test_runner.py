@@ -370,11 +370,15 @@ def test_training_set_batches_arrays_as_keras_would():
         runner.training_set((first[:0], first[:0]), config)
 
 
-def test_fit_traces_the_train_and_test_steps_once():
-    """The optimizer's and the compiled metrics' variables exist before `fit`
-    traces: a step whose first trace created them would be traced a second time
-    (runner.build_before_tracing; without it each step below is traced twice)."""
+@pytest.mark.parametrize("layer", ["dense", "lstm"])
+def test_fit_traces_the_train_and_test_steps_once(layer):
+    """No variable is created inside `fit`'s first trace of a step, which would make
+    TensorFlow trace it a second time: the optimizer's and the compiled metrics'
+    exist before (runner.build_before_tracing), and rnnkit's compiled time loops
+    make their cell clone without a seed generator (rnnkit.layers._xla)."""
     import keras
+
+    import rnnkit.layers
 
     traced = {"train": 0, "test": 0}
 
@@ -389,7 +393,14 @@ def test_fit_traces_the_train_and_test_steps_once():
 
     recipe = ToyRecipe()
     config = ToyConfig(train=TrainConfig(epochs=2, batch_size=16, patience=0))
-    model = Counted([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    hidden = (
+        [keras.layers.Dense(8)]
+        if layer == "dense"
+        # XLA-compiled time loops with the hand-written backward pass; a config of
+        # its own, so that no earlier test has made its loops' shared clone.
+        else [keras.layers.Reshape((4, 1)), rnnkit.layers.LSTM(7, jit_compile=True)]
+    )
+    model = Counted([keras.Input((4,)), *hidden, keras.layers.Dense(1)])
     model.compile(keras.optimizers.Adam(0.01), "mse", metrics=["mae"])
     history = runner.fit(model, recipe.load_data(config), config, [], verbose=0)
     assert len(history.history["val_mae"]) == 2
