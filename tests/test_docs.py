@@ -280,20 +280,33 @@ def test_committed_pictures_are_small_and_linked():
         assert f"images/{name}" in linked, f"{name} is on no page"
 
 
-def test_make_images_draws_every_picture(tmp_path):
-    """docs/make_images.py at its smallest size: real data, tiny runs."""
+def test_make_images_draws_every_picture(tmp_path_factory, tmp_path):
+    """docs/make_images.py at its smallest size: real data, tiny runs. The captioning
+    picture is drawn from the session's captioning smoke run (--captioning-run: the
+    same smoke config the script trains with --small, tests/smoke_runs.py), its
+    image features cached in the test's folder."""
     import numpy as np
     from PIL import Image
 
+    captioning = smoke_runs.smoke_run(tmp_path_factory, "captioning")
+    assert captioning.exit_code == 0, captioning.output[-3000:]
+    output = tmp_path / "images"
     result = preloaded.run(
-        ["docs/make_images.py", "--small", "--output", str(tmp_path)],
+        [
+            "docs/make_images.py", "--small", "--output", str(output),
+            "--captioning-run", str(captioning.run_dir),
+        ],
         cwd=ROOT,
-        env={**os.environ, "MPLBACKEND": "Agg"},
+        env={
+            **os.environ,
+            "MPLBACKEND": "Agg",
+            "RNNKIT_DATA_DIR": str(tmp_path / "rnnkit-data"),
+        },
         timeout=600,
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for name in IMAGES:
-        with Image.open(tmp_path / name) as image:
+        with Image.open(output / name) as image:
             pixels = np.asarray(image.convert("L"), dtype="float64")
         assert image.format == "PNG", name
         assert min(pixels.shape) >= 150, (name, pixels.shape)
