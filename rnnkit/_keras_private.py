@@ -34,9 +34,12 @@ Keras creates in `__init__` or `build`, fail at their first use with the same me
   set an epoch (`EpochIterator` makes the next epoch's at the end of one, then
   another when that epoch begins), so that a resumed run moves a reshuffling set on
   as far as the uninterrupted run had. Behaviour, not a symbol: a test counts it.
-- `symbolic_build`: `Model._symbolic_build`, which `fit` calls to create the compiled
-  metrics' variables; the multi-worker loop calls it under its strategy and, if a
-  Keras release drops it (this returns None), logs the losses only.
+- `symbolic_build`: `Model._symbolic_build`, which `fit` calls (under a strategy) to
+  create the compiled metrics' and the optimizer's variables; the multi-worker loop
+  calls it under its strategy and, if a Keras release drops it (this returns None),
+  logs the losses only; `runner.build_before_tracing` calls it before every `fit`
+  and, without it, leaves the variables to fit's first trace (a second trace of
+  the train step, not an error).
 
 Private TensorFlow, in `TF_SYMBOLS`, is used by four functions, and resolved when
 they are called, not on import, so this module does not import TensorFlow's

@@ -157,12 +157,19 @@ def build_before_tracing(model: keras.Model, train: Any) -> None:
     step again, since a `tf.function` whose first trace created variables is traced
     anew without them. On the translation smoke run that second trace of the
     training step was 3 of its 23 s, and every run paid it before its first step.
-    Nothing is done where Keras would do it anyway or cannot (other backends, a
-    Keras without the private method, a training split without an element spec).
+
+    Left to Keras's first trace, as before: other backends; a Keras without the
+    private method; a training split whose elements are not all tensors of known
+    rank (a `py_function` without shapes, a None part); a model with a frozen layer
+    that has weights, whose optimizer must wait for what a callback unfreezes when
+    training begins (`rnnkit.models.GradualUnfreezing`); and a model whose symbolic
+    call fails, after which the dropout masks its recurrent cells cached in that
+    call are dropped.
     """
     import keras
+    import tensorflow as tf
 
-    from rnnkit._keras_private import symbolic_build
+    from rnnkit._keras_private import nested_layers, symbolic_build
 
     spec = getattr(train, "element_spec", None)
     build = symbolic_build(model)
@@ -173,6 +180,14 @@ def build_before_tracing(model: keras.Model, train: Any) -> None:
         or not getattr(model, "compiled", False)
     ):
         return
+    parts = keras.tree.flatten(spec)
+    if not all(
+        type(part) is tf.TensorSpec and part.shape.rank is not None for part in parts
+    ):
+        return
+    layers = nested_layers(model)
+    if any(not layer.trainable and layer.weights for layer in layers):
+        return
     batch = keras.tree.map_structure(
         lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
     )
@@ -181,6 +196,11 @@ def build_before_tracing(model: keras.Model, train: Any) -> None:
             build(data_batch=batch)
     except Exception as error:  # Keras builds them in the first trace instead
         log.debug("variables left to fit's first trace: %s", error)
+        # Keras's RNN caches its cell's dropout masks during a call and clears
+        # them at its end, which a failed call does not reach.
+        for layer in layers:
+            for reset in ("reset_dropout_mask", "reset_recurrent_dropout_mask"):
+                getattr(layer, reset, lambda: None)()
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:

@@ -371,7 +371,7 @@ def test_training_set_batches_arrays_as_keras_would():
 
 
 @pytest.mark.parametrize("layer", ["dense", "lstm"])
-def test_fit_traces_the_train_and_test_steps_once(layer):
+def test_fit_traces_the_train_and_test_steps_once(layer, monkeypatch):
     """No variable is created inside `fit`'s first trace of a step, which would make
     TensorFlow trace it a second time: the optimizer's and the compiled metrics'
     exist before (runner.build_before_tracing), and rnnkit's compiled time loops
@@ -379,7 +379,10 @@ def test_fit_traces_the_train_and_test_steps_once(layer):
     import keras
 
     import rnnkit.layers
+    from rnnkit.layers import _xla
 
+    # No compiled loop (nor its clone) left by an earlier test of this worker.
+    monkeypatch.setattr(_xla, "_shared", type(_xla._shared)())
     traced = {"train": 0, "test": 0}
 
     class Counted(keras.Sequential):
@@ -396,8 +399,7 @@ def test_fit_traces_the_train_and_test_steps_once(layer):
     hidden = (
         [keras.layers.Dense(8)]
         if layer == "dense"
-        # XLA-compiled time loops with the hand-written backward pass; a config of
-        # its own, so that no earlier test has made its loops' shared clone.
+        # XLA-compiled time loops with the hand-written backward pass.
         else [keras.layers.Reshape((4, 1)), rnnkit.layers.LSTM(7, jit_compile=True)]
     )
     model = Counted([keras.Input((4,)), *hidden, keras.layers.Dense(1)])
@@ -405,3 +407,32 @@ def test_fit_traces_the_train_and_test_steps_once(layer):
     history = runner.fit(model, recipe.load_data(config), config, [], verbose=0)
     assert len(history.history["val_mae"]) == 2
     assert traced == {"train": 1, "test": 1}
+
+
+def test_variables_are_left_to_fit_where_building_them_first_would_not_do():
+    """A frozen layer (a callback may unfreeze it when training begins, and the
+    optimizer must then include it) and elements of unknown rank leave the
+    optimizer unbuilt for fit's first trace, as Keras would."""
+    import keras
+    import tensorflow as tf
+
+    def compiled(frozen):
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)]
+        )
+        model.layers[0].trainable = not frozen
+        model.compile(keras.optimizers.Adam(0.01), "mse", metrics=["mae"])
+        return model
+
+    x, y = np.ones((8, 4), "float32"), np.ones((8, 1), "float32")
+    known = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    unknown = known.map(
+        lambda a, b: (tf.numpy_function(lambda v: v, [a], tf.float32), b)
+    )
+    for model, dataset, built in [
+        (compiled(frozen=False), known, True),
+        (compiled(frozen=True), known, False),
+        (compiled(frozen=False), unknown, False),
+    ]:
+        runner.build_before_tracing(model, dataset)
+        assert model.optimizer.built is built
