@@ -67,7 +67,7 @@ from rnnkit.training.runtime import (
 )
 from rnnkit.training.strategies import describe_batch, is_multiworker
 from rnnkit.training.text_split import split_text_model
-from rnnkit.training.training_set import training_set
+from rnnkit.training.training_set import build_before_tracing, training_set
 
 if TYPE_CHECKING:
     import keras
@@ -76,11 +76,12 @@ __all__ = [
     # The run, defined here.
     "RunResult",
     "backtest",
-    "build_before_tracing",
     "fit",
     "run",
     "tuning_callbacks",
-    # Where they live is rnnkit.training.run_dir, .runtime and rnnkit.files.
+    # Where they live is rnnkit.training.run_dir, .runtime, .training_set and
+    # rnnkit.files.
+    "build_before_tracing",
     "CONFIG_FILE",
     "HISTORY_FILE",
     "METRICS_FILE",
@@ -145,62 +146,6 @@ def fit(
     build_before_tracing(model, train)
     # A dataset shuffles itself (Keras warns if asked to shuffle one).
     return model.fit(train, shuffle=False, **common)
-
-
-def build_before_tracing(model: keras.Model, train: Any) -> None:
-    """Creates the optimizer's and the compiled metrics' and loss's variables from
-    the training set's element spec (symbolic: no batch is drawn), before `fit`
-    traces its train step.
-
-    Keras does this itself only under a distribution strategy; otherwise the
-    variables are created inside the first trace, and TensorFlow then traces the
-    step again, since a `tf.function` whose first trace created variables is traced
-    anew without them. On the translation smoke run that second trace of the
-    training step was 3 of its 23 s, and every run paid it before its first step.
-
-    Left to Keras's first trace, as before: other backends; a Keras without the
-    private method; a training split whose elements are not all tensors of known
-    rank (a `py_function` without shapes, a None part); a model with a frozen layer
-    that has weights, whose optimizer must wait for what a callback unfreezes when
-    training begins (`rnnkit.models.GradualUnfreezing`); and a model whose symbolic
-    call fails, after which the dropout masks its recurrent cells cached in that
-    call are dropped.
-    """
-    import keras
-    import tensorflow as tf
-
-    from rnnkit._keras_private import nested_layers, symbolic_build
-
-    spec = getattr(train, "element_spec", None)
-    build = symbolic_build(model)
-    if (
-        keras.backend.backend() != "tensorflow"
-        or spec is None
-        or build is None
-        or not getattr(model, "compiled", False)
-    ):
-        return
-    parts = keras.tree.flatten(spec)
-    if not all(
-        type(part) is tf.TensorSpec and part.shape.rank is not None for part in parts
-    ):
-        return
-    layers = nested_layers(model)
-    if any(not layer.trainable and layer.weights for layer in layers):
-        return
-    batch = keras.tree.map_structure(
-        lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
-    )
-    try:
-        with model.distribute_strategy.scope():
-            build(data_batch=batch)
-    except Exception as error:  # Keras builds them in the first trace instead
-        log.debug("variables left to fit's first trace: %s", error)
-        # Keras's RNN caches its cell's dropout masks during a call and clears
-        # them at its end, which a failed call does not reach.
-        for layer in layers:
-            for reset in ("reset_dropout_mask", "reset_recurrent_dropout_mask"):
-                getattr(layer, reset, lambda: None)()
 
 
 def _check_finite(history: keras.callbacks.History, config: RecipeConfig) -> None:

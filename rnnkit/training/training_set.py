@@ -1,11 +1,16 @@
-"""The training split as `fit` takes it (`training_set`)."""
+"""The training split as `fit` takes it (`training_set`), and the variables `fit`
+would otherwise create in its first trace, made from the split's spec before it
+(`build_before_tracing`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rnnkit.errors import DataError
 from rnnkit.recipe import RecipeConfig
+
+log = logging.getLogger("rnnkit")
 
 
 def training_set(train: Any, config: RecipeConfig) -> Any:
@@ -74,3 +79,59 @@ def training_set(train: Any, config: RecipeConfig) -> Any:
         .map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def build_before_tracing(model: Any, train: Any) -> None:
+    """Creates the optimizer's and the compiled metrics' and loss's variables from
+    the training set's element spec (symbolic: no batch is drawn), before `fit`
+    traces its train step.
+
+    Keras does this itself only under a distribution strategy; otherwise the
+    variables are created inside the first trace, and TensorFlow then traces the
+    step again, since a `tf.function` whose first trace created variables is traced
+    anew without them: every run paid a second trace of its training step before
+    its first step (docs/performance.md gives what it cost).
+
+    Left to Keras's first trace, as before: other backends; a Keras without the
+    private method; a training split whose elements are not all tensors of known
+    rank (a `py_function` without shapes, a None part); a model with a frozen layer
+    that has weights, whose optimizer must wait for what a callback unfreezes when
+    training begins (GradualUnfreezing, rnnkit/models/transfer.py); and a model
+    whose symbolic call fails, after which the dropout masks its recurrent cells
+    cached in that call are dropped.
+    """
+    import keras
+    import tensorflow as tf
+
+    from rnnkit._keras_private import nested_layers, symbolic_build
+
+    spec = getattr(train, "element_spec", None)
+    build = symbolic_build(model)
+    if (
+        keras.backend.backend() != "tensorflow"
+        or spec is None
+        or build is None
+        or not getattr(model, "compiled", False)
+    ):
+        return
+    parts = keras.tree.flatten(spec)
+    if not all(
+        type(part) is tf.TensorSpec and part.shape.rank is not None for part in parts
+    ):
+        return
+    layers = nested_layers(model)
+    if any(not layer.trainable and layer.weights for layer in layers):
+        return
+    batch = keras.tree.map_structure(
+        lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
+    )
+    try:
+        with model.distribute_strategy.scope():
+            build(data_batch=batch)
+    except Exception as error:  # Keras builds them in the first trace instead
+        log.debug("variables left to fit's first trace: %s", error)
+        # Keras's RNN caches its cell's dropout masks during a call and clears
+        # them at its end, which a failed call does not reach.
+        for layer in layers:
+            for reset in ("reset_dropout_mask", "reset_recurrent_dropout_mask"):
+                getattr(layer, reset, lambda: None)()
