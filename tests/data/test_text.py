@@ -20,6 +20,22 @@ def test_clean_text_removes_html_remnants():
     assert text.clean_text(raw) == "Great film. Loved it & the score ! Ten/10"
 
 
+def test_clean_text_is_the_regular_expressions_on_real_reviews():
+    """The fast path (checks, `str.split`) gives what the definition gives: tags to
+    a space, entities unescaped, every run of Unicode whitespace to one space."""
+    import html
+    import re
+
+    def definition(raw: str) -> str:
+        unescaped = html.unescape(re.sub(text.HTML_TAG_PATTERN, " ", raw))
+        return re.sub(r"\s+", " ", unescaped).strip()
+
+    reviews = list(imdb_sample("train", 400)["text"])
+    odd = ["a&nbsp;b\u2003c\x1cd\u200be", " <b>x</b>&lt;i&gt; ", "\t\n", "", "&amp;lt;"]
+    for raw in reviews + odd:
+        assert text.clean_text(raw) == definition(raw), raw[:80]
+
+
 @pytest.mark.parametrize(
     ("raw", "class_names", "indices", "names"),
     [
