@@ -43,7 +43,7 @@ _shared = collections.OrderedDict()
 # gets no seed generator (rnnkit.layers.recurrent): the generator's state is a
 # variable, and a variable created during a `tf.function` trace (the clone is made
 # at the first call, often inside `fit`'s train step) makes TensorFlow trace that
-# function a second time, even under `tf.init_scope`.
+# function a second time.
 making_clone = contextvars.ContextVar("rnnkit_making_loop_clone", default=False)
 
 
@@ -95,12 +95,9 @@ def shared_function(owner, purpose, make):
     if key in _shared:
         _shared.move_to_end(key)
         return _shared[key]
-    import tensorflow as tf
-
     marked = making_clone.set(True)
     try:
-        with tf.init_scope():
-            clone = type(owner).from_config(config)
+        clone = type(owner).from_config(config)
     finally:
         making_clone.reset(marked)
     function = make(clone)

@@ -212,6 +212,7 @@ def _build_metrics(model, split, config, strategy, keras):  # noqa: ANN001
     # Keras builds them from symbolic inputs in `fit` (a private method; without it
     # the loop logs the losses only). Symbolic, so no batch is drawn from the data.
     from rnnkit._keras_private import symbolic_build
+    from rnnkit.training.training_set import symbolic_batch
 
     build = symbolic_build(model)
     if build is None:
@@ -220,10 +221,10 @@ def _build_metrics(model, split, config, strategy, keras):  # noqa: ANN001
     if isinstance(split, tuple):
         batch = keras.tree.map_structure(lambda a: a[: config.train.batch_size], split)
     else:
-        batch = keras.tree.map_structure(
-            lambda spec: keras.KerasTensor(spec.shape, spec.dtype.name),
-            split.element_spec,
-        )
+        batch = symbolic_batch(split)
+        if batch is None:
+            log.info("the multi-worker loop logs the losses only (no element spec)")
+            return False
     with strategy.scope():
         build(data_batch=batch)
     return True

@@ -81,6 +81,25 @@ def training_set(train: Any, config: RecipeConfig) -> Any:
     )
 
 
+def symbolic_batch(split: Any) -> Any:
+    """A batch of `split` (a `tf.data.Dataset`) as KerasTensors of its element spec,
+    for building a model's variables without drawing data; None when the split has
+    no element spec or a part of it is not a tensor of known rank (a `py_function`
+    without shapes, a None part)."""
+    import keras
+    import tensorflow as tf
+
+    spec = getattr(split, "element_spec", None)
+    if spec is None or not all(
+        type(part) is tf.TensorSpec and part.shape.rank is not None
+        for part in keras.tree.flatten(spec)
+    ):
+        return None
+    return keras.tree.map_structure(
+        lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
+    )
+
+
 def build_before_tracing(model: Any, train: Any) -> None:
     """Creates the optimizer's and the compiled metrics' and loss's variables from
     the training set's element spec (symbolic: no batch is drawn), before `fit`
@@ -101,30 +120,22 @@ def build_before_tracing(model: Any, train: Any) -> None:
     cached in that call are dropped.
     """
     import keras
-    import tensorflow as tf
 
     from rnnkit._keras_private import nested_layers, symbolic_build
 
-    spec = getattr(train, "element_spec", None)
     build = symbolic_build(model)
     if (
         keras.backend.backend() != "tensorflow"
-        or spec is None
         or build is None
         or not getattr(model, "compiled", False)
     ):
         return
-    parts = keras.tree.flatten(spec)
-    if not all(
-        type(part) is tf.TensorSpec and part.shape.rank is not None for part in parts
-    ):
+    batch = symbolic_batch(train)
+    if batch is None:
         return
     layers = nested_layers(model)
     if any(not layer.trainable and layer.weights for layer in layers):
         return
-    batch = keras.tree.map_structure(
-        lambda part: keras.KerasTensor(part.shape, part.dtype.name), spec
-    )
     try:
         with model.distribute_strategy.scope():
             build(data_batch=batch)
