@@ -196,6 +196,8 @@ def read_long(
     """
     import pandas as pd
 
+    from rnnkit.data.timeseries import first_unread
+
     path = Path(path)
     frame = _read_table(path)
     target = _column(frame, target_column, "target", path, "data.target_column")
@@ -216,9 +218,8 @@ def read_long(
     }
     for name in (target, *names):
         numbers = pd.to_numeric(frame[name], errors="coerce")
-        bad = numbers.isna() & frame[name].notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = first_unread(frame[name], numbers)
+        if row is not None:
             raise DataError(
                 f"{path}: column {name!r} holds a non-numeric value "
                 f"{str(frame[name].iloc[row])!r} (row {row + 2}); give numbers (an "

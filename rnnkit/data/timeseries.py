@@ -68,24 +68,30 @@ def read_price_csv(
     keep = ["date", *(c for c in (*PRICE_COLUMNS, "volume") if c in frame.columns)]
     frame = frame[keep].copy()
     dates = pd.to_datetime(frame["date"], errors="coerce")
-    bad = dates.isna() & frame["date"].notna()
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+    row = first_unread(frame["date"], dates)
+    if row is not None:
         raise DataError(
             f"{path}: unreadable date {frame['date'].iloc[row]!r} on data row {row + 1}"
         )
     frame["date"] = dates
     for column in keep[1:]:
         values = pd.to_numeric(frame[column], errors="coerce")
-        bad = values.isna() & frame[column].notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = first_unread(frame[column], values)
+        if row is not None:
             raise DataError(
                 f"{path}: non-numeric {column} value {frame[column].iloc[row]!r} "
                 f"on data row {row + 1}"
             )
         frame[column] = values.astype("float64")
     return frame.reset_index(drop=True)
+
+
+def first_unread(raw: pd.Series, read: pd.Series) -> int | None:
+    """Position of the first cell of `raw` that holds something `read` (`raw` through
+    `pd.to_numeric` or `pd.to_datetime` with `errors="coerce"`) could not read; None
+    when every cell that is not empty was read. For one-line errors that quote it."""
+    unread = read.isna() & raw.notna()
+    return int(np.flatnonzero(unread.to_numpy())[0]) if unread.any() else None
 
 
 def _select_ticker(frame: pd.DataFrame, path: Path, ticker: str | None) -> pd.DataFrame:
