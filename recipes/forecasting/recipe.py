@@ -172,6 +172,11 @@ class ForecastingRecipe(Recipe):
             lines += forecast_lines(model, path, config, header=not lines)
         return lines
 
+    def export_plan(self, model: keras.Model, config: ForecastingConfig, format: str):
+        from rnnkit_recipes.forecasting.export import export_plan
+
+        return export_plan(model, config, format)
+
     def write_plots(
         self,
         model: keras.Model,
@@ -219,7 +224,8 @@ def _check_model_shape(model, config: ForecastingConfig) -> None:
 # -- Data -----------------------------------------------------------------------------
 
 
-def _panel(config: ForecastingConfig, path: str | None):
+def panel_of(config: ForecastingConfig, path: str | None):
+    """The panel in `path` (the configured data when None), read as the config says."""
     from rnnkit_recipes.forecasting.panel import load_panel
 
     d = config.data
@@ -243,7 +249,7 @@ def load(config: ForecastingConfig) -> ForecastingData:
     from rnnkit.errors import DataError
 
     d = config.data
-    panel = _panel(config, d.path)
+    panel = panel_of(config, d.path)
     test_steps = d.horizon * d.test_windows
     if d.test_path is not None:
         panel, given = append_test(panel, d.test_path)
@@ -406,7 +412,7 @@ def forecast_lines(
     from rnnkit_recipes.forecasting.data import Windows, time_periods, to_grid
 
     d = config.data
-    panel = _panel(config, path)
+    panel = panel_of(config, path)
     grid = to_grid(panel, 0, 0)
     inputs = {tensor.name: tensor for tensor in model.inputs}
     periods = ()

@@ -88,6 +88,43 @@ def test_stock_forecast(runs, format, tmp_path):
     assert_close(actual, expected)
 
 
+@pytest.mark.parametrize("format", FORMATS)
+def test_forecasting_quantiles(tmp_path_factory, format, tmp_path):
+    """The README's main job (the shared smoke run, tests/smoke_runs.py): its test
+    windows, and one of a series the model never saw (the lookup's row 0 in every
+    format: series.txt's ids are 1 + their line)."""
+    from tests.smoke_runs import smoke_run
+
+    run = smoke_run(tmp_path_factory, "forecasting")
+    assert run.exit_code == 0, run.output[-3000:]
+    recipe, config, model = runner.load_run(run.run_dir, registry.load)
+    data = recipe.load_data(config)
+    inputs, _, _ = data.windows.arrays(data.test_rows)
+    inputs["series"][-1] = "a series never seen"
+    expected = {"quantiles": model.predict(inputs, verbose=0)}
+    result = exported(run.run_dir, format, tmp_path)
+    notes = result.description["notes"]
+    assert notes["quantiles"] == sorted(config.model.quantiles)
+    assert (notes["input_length"], notes["horizon"]) == (
+        config.data.input_length,
+        config.data.horizon,
+    )
+    assert len(notes["periods"]) * 2 == inputs["past_time"].shape[-1]
+    given = {name: np.asarray(value) for name, value in inputs.items()}
+    given["series"] = np.array([str(s) for s in inputs["series"]])
+    if format != "saved_model":
+        ids = (result.output / notes["series_file"]).read_text().splitlines()
+        assert sorted(ids) == sorted(data.grid.ids)
+        row = {series: line + 1 for line, series in enumerate(ids)}
+        series = given.pop("series")
+        given["series_index"] = np.array([row.get(s, 0) for s in series], "int32")
+        assert given["series_index"][-1] == 0 and given["series_index"][:-1].all()
+    (actual,) = run_fresh(
+        tmp_path, [(format, artefact_path(result), "forecast", given)]
+    )
+    assert_close(actual, expected)
+
+
 def review_texts() -> list[str]:
     """Real reviews of very different lengths (padded batches), an empty text and
     one without words."""

@@ -33,7 +33,6 @@ def smoke(**values):
         recipe,
         SMOKE,
         predict_inputs=[],  # no file: the default data, as `rnnkit predict RUN`
-        skip=["export"],  # the recipe declares no export yet (issue 52, point 6)
     ),
 )
 def test_recipe_contract(name, check):
