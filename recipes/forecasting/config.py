@@ -21,8 +21,20 @@ class ForecastingDataConfig(DataConfig):
     layout: str = field(
         "auto",
         help="File layout: long (id, time, target rows), wide (M4: one row per "
-        "series) or auto (wide when the header is V1, V2, ...).",
-        choices=("auto", "long", "wide"),
+        "series), columns (a time column and one column per series, as ETTh1) or "
+        "auto (wide when the header is V1, V2, ..., else long).",
+        choices=("auto", "long", "wide", "columns"),
+    )
+    columns: tuple[str, ...] = field(
+        (),
+        help="layout=columns: the columns that are series (empty: every column but "
+        "the time column).",
+    )
+    steps: int = field(
+        0,
+        help="Use the first this many steps of every series (0: all), as the "
+        "long-horizon literature cuts ETTh1 to 20 months.",
+        at_least=0,
     )
     test_path: str | None = field(
         None,
@@ -57,6 +69,14 @@ class ForecastingDataConfig(DataConfig):
     )
     validation_windows: int = field(
         1, help="Forecast origins in the validation span before it.", at_least=1
+    )
+    stride: int = field(
+        0,
+        help="Steps between the validation and the test origins (0: the horizon, "
+        "windows that do not overlap; 1: every origin, the long-horizon "
+        "literature's protocol). The spans stay test_windows and "
+        "validation_windows horizons long.",
+        at_least=0,
     )
     calendar: bool = field(
         True,
@@ -110,9 +130,11 @@ class ForecastingModelConfig(ModelConfig):
     )
     weighting: str = field(
         "scale",
-        help="Each window's loss over: scale (its scaling's scale) or "
-        "seasonal_difference (its mean absolute seasonal difference, MASE's scale).",
-        choices=("scale", "seasonal_difference"),
+        help="Each window's loss over: scale (its scaling's scale), "
+        "seasonal_difference (its mean absolute seasonal difference, MASE's scale) "
+        "or series (its series' standard deviation over the training span, the "
+        "scale of the standardised measures).",
+        choices=("scale", "seasonal_difference", "series"),
     )
     embedding_dim: int = field(
         4, help="Width of the series embedding (0: none).", at_least=0
@@ -127,6 +149,12 @@ class ForecastingEvaluationConfig(EvaluationConfig):
         "must hold its two ends.",
         above=0.0,
         below=1.0,
+    )
+    standardized: bool = field(
+        False,
+        help="Also score std_mse and std_mae: the errors of the values standardised "
+        "by each series' mean and deviation over its training span (the "
+        "long-horizon literature's MSE and MAE, as on ETTh1).",
     )
     plot_series: int = field(
         4, help="Series drawn in the fan chart of the last test window.", at_least=0

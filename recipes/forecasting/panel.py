@@ -63,6 +63,17 @@ class Panel:
             else [self.covariates[i] for i in indices],
         )
 
+    def first_steps(self, count: int) -> Panel:
+        """The panel of every series' first `count` steps."""
+        return dataclasses.replace(
+            self,
+            values=[v[:count] for v in self.values],
+            times=None if self.times is None else [t[:count] for t in self.times],
+            covariates=None
+            if self.covariates is None
+            else [c[:count] for c in self.covariates],
+        )
+
 
 # -- Reading -------------------------------------------------------------------------
 
@@ -194,12 +205,44 @@ def read_long(
     consecutive times. A time missing from the grid becomes a missing value (NaN),
     which the model is told about; a time off the grid is an error.
     """
+    path = Path(path)
+    return _long_panel(
+        _read_table(path), path, id_column, time_column, target_column, covariates,
+        frequency,
+    )  # fmt: skip
+
+
+def read_columns(
+    path: str | Path,
+    *,
+    time_column: str = "time",
+    columns: tuple[str, ...] = (),
+    frequency: str | None = None,
+) -> Panel:
+    """A file of one column per series (ETTh1's `date,HUFL,...,OT`) as a panel: the
+    series are `columns` (every column but `time_column` when empty), named by their
+    headers, on the times of `time_column` (consecutive steps without one)."""
+    path = Path(path)
+    frame = _read_table(path)
+    lowered = {str(c).lower() for c in frame.columns}
+    time = time_column if time_column.lower() in lowered else None
+    time = time and _column(frame, time, "time", path, "data.time_column")
+    names = [_column(frame, c, "series", path, "data.columns") for c in columns]
+    names = names or [c for c in frame.columns if c != time]
+    if not names:
+        raise DataError(f"{path}: no column besides the time column {time!r}")
+    frame = frame.assign(_step=np.arange(len(frame)))
+    long = frame.melt([time or "_step"], names, "_series", "_value")
+    return _long_panel(long, path, "_series", time or "_", "_value", (), frequency)
+
+
+def _long_panel(
+    frame, path: Path, id_column, time_column, target_column, covariates, frequency
+) -> Panel:
     import pandas as pd
 
     from rnnkit.data.timeseries import first_unread
 
-    path = Path(path)
-    frame = _read_table(path)
     target = _column(frame, target_column, "target", path, "data.target_column")
     names = [
         _column(frame, name, "covariate", path, "data.covariates")
@@ -375,9 +418,11 @@ def load_panel(
     target_column: str = "target",
     covariates: tuple[str, ...] = (),
     frequency: str | None = None,
+    columns: tuple[str, ...] = (),
 ) -> Panel:
     """The panel of `path` (the default data when None). `layout` "auto" reads a file
-    as wide when its header is M4's ("V1", "V2", ...) and as long otherwise."""
+    as wide when its header is M4's ("V1", "V2", ...) and as long otherwise;
+    "columns" reads one series per column (`read_columns`)."""
     if path is None:
         if covariates:
             raise DataError(
@@ -388,6 +433,15 @@ def load_panel(
     file = Path(path)
     if layout == "auto":
         layout = "wide" if _looks_wide(file) else "long"
+    if layout == "columns":
+        if covariates:
+            raise DataError(
+                "data.covariates needs a long file (one row per series and time); in "
+                "a file of one column per series every column is a series"
+            )
+        return read_columns(
+            file, time_column=time_column, columns=columns, frequency=frequency
+        )
     if layout == "wide":
         if covariates:
             raise DataError(

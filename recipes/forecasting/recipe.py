@@ -156,11 +156,16 @@ class ForecastingRecipe(Recipe):
     def evaluate(
         self, model: keras.Model, data: ForecastingData, config: ForecastingConfig
     ) -> Metrics:
-        from rnnkit_recipes.forecasting.evaluation import scores
+        from rnnkit_recipes.forecasting.evaluation import scores, standardized_errors
 
         _check_model_shape(model, config)
         forecasts = test_forecasts(model, data, config)
-        return scores(forecasts, config.data.seasonality, config.evaluation.interval)
+        table = scores(forecasts, config.data.seasonality, config.evaluation.interval)
+        if config.evaluation.standardized:
+            train = data.grid.values[:, : data.grid.train_end]
+            for name, row in standardized_errors(forecasts, train).items():
+                table[name].update(row)
+        return table
 
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: ForecastingConfig
@@ -237,6 +242,7 @@ def panel_of(config: ForecastingConfig, path: str | None):
         target_column=d.target_column,
         covariates=tuple(d.covariates),
         frequency=d.frequency,
+        columns=tuple(d.columns),
     )
 
 
@@ -250,6 +256,8 @@ def load(config: ForecastingConfig) -> ForecastingData:
 
     d = config.data
     panel = panel_of(config, d.path)
+    if d.steps:
+        panel = panel.first_steps(d.steps)
     test_steps = d.horizon * d.test_windows
     if d.test_path is not None:
         panel, given = append_test(panel, d.test_path)
@@ -336,14 +344,15 @@ def splits(grid, config: ForecastingConfig, source: str) -> ForecastingData:
             f"data.horizon={d.horizon} plus one step; lower data.horizon or the "
             "test and validation windows"
         )
+    stride = d.stride or d.horizon
     validation_rows = window_origins(
         grid, grid.train_end, grid.steps - test_steps - d.horizon,
-        d.input_length, d.horizon, stride=d.horizon,
+        d.input_length, d.horizon, stride=stride,
     )  # fmt: skip
     test_first = grid.steps - test_steps
     test_rows = window_origins(
         grid, test_first, grid.steps - d.horizon, d.input_length, d.horizon,
-        stride=d.horizon,
+        stride=stride,
     )  # fmt: skip
     batch = config.train.batch_size
     return ForecastingData(

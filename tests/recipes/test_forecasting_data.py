@@ -267,3 +267,53 @@ def test_seasonal_difference_weights_are_one_over_mases_scale():
         np.testing.assert_allclose(
             weights[index], 1.0 / np.nanmean(differences), rtol=1e-5
         )
+
+
+def test_series_weights_are_one_over_the_series_training_deviation():
+    """weighting "series": the loss in units of each channel's training deviation,
+    the scale of the standardised measures (real ETTh1 channels; a missing value)."""
+    path = M4 / "ETTh1.csv.gz"
+    require(path)
+    frame = pd.read_csv(path, nrows=300).drop(columns="date")
+    values = [frame[c].to_numpy(dtype=np.float64, copy=True) for c in ("HUFL", "OT")]
+    values[1][10] = np.nan
+    panel = fpanel.Panel(["HUFL", "OT"], values, None, None, None, (), "test")
+    grid = fdata.to_grid(panel, test_steps=48, validation_steps=48)
+    windows = fdata.Windows(grid, 24, 24, (), None, "standard", "series", 24)
+    rows = np.array([[0, 100], [1, 100], [1, 230]])
+    _, _, weights = windows.arrays(rows)
+    for index, (series, _) in enumerate(rows):
+        deviation = np.nanstd(values[series][: grid.train_end])
+        np.testing.assert_allclose(weights[index], 1.0 / deviation, rtol=1e-5)
+
+
+def test_a_file_of_one_column_per_series_is_read_as_a_panel(tmp_path):
+    """ETTh1's layout: a time column, then one column per channel, each a series."""
+    path = M4 / "ETTh1.csv.gz"
+    require(path)
+    frame = pd.read_csv(path, parse_dates=["date"])
+    panel = fpanel.load_panel(str(path), layout="columns", time_column="date")
+    assert panel.ids == list(frame.columns[1:]) and len(panel.ids) == 7
+    assert panel.frequency == "h"
+    for series_id, values, times in zip(
+        panel.ids, panel.values, panel.times, strict=True
+    ):
+        np.testing.assert_array_equal(values, frame[series_id].to_numpy())
+        assert (times == pd.DatetimeIndex(frame["date"])).all()
+    first = panel.first_steps(14_400)
+    assert [len(v) for v in first.values] == [14_400] * 7
+    assert first.times[0][-1] == frame["date"][14_399]
+    alone = fpanel.load_panel(
+        str(path), layout="columns", time_column="date", columns=("ot",)
+    )
+    assert alone.ids == ["OT"]
+    # Without a time column the rows are consecutive steps, in file order.
+    steps = tmp_path / "steps.csv"
+    frame.drop(columns="date").head(50).to_csv(steps, index=False)
+    plain = fpanel.load_panel(str(steps), layout="columns")
+    assert plain.times is None and plain.ids == panel.ids
+    np.testing.assert_array_equal(plain.values[6], frame["OT"].to_numpy()[:50])
+    with pytest.raises(DataError, match=r"no series column 'oil' .* data.columns"):
+        fpanel.load_panel(str(steps), layout="columns", columns=("oil",))
+    with pytest.raises(DataError, match="every column is a series"):
+        fpanel.load_panel(str(steps), layout="columns", covariates=("HUFL",))
