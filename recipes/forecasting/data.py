@@ -221,7 +221,8 @@ class Windows:
     H, 2 x periods), series (batch,). targets: (batch, H), 0 where missing. weights:
     (batch, H), 0 where the target is missing, else one over the window's scale as the
     model's `WindowScaler` computes it, so that the loss is in each window's own units
-    and a series of large values does not outweigh the others.
+    and a series of large values does not outweigh the others (weighting "scale"; or
+    over its mean absolute seasonal difference, or its series' training deviation).
     """
 
     def __init__(
@@ -256,6 +257,14 @@ class Windows:
                 axis=1,
             ).astype(np.float32)
         self.first_tick = grid.ticks[:, 0].astype(np.int64)
+        # weighting "series": each series' deviation over its training span (1 for
+        # a span without two values).
+        train = grid.values[:, : grid.train_end]
+        enough = (~np.isnan(train)).sum(axis=1) > 1
+        deviation = np.ones(count)
+        deviation[enough] = np.nanstd(train[enough], axis=1)
+        deviation = np.where(deviation > 0, deviation, 1.0)
+        self.series_scale = deviation.astype(np.float32)
         self.series_ids = None if series_ids is None else [str(i) for i in series_ids]
         self._tensors = None
 
@@ -274,6 +283,7 @@ class Windows:
         tensors = {
             "values": tf.constant(self.values),
             "first_tick": tf.constant(self.first_tick),
+            "series_scale": tf.constant(self.series_scale),
         }
         if self.covariates is not None:
             tensors["covariates"] = tf.constant(self.covariates)
@@ -323,6 +333,8 @@ class Windows:
         targets = tf.where(seen, future_values, 0.0)
         if self.weighting == "seasonal_difference":
             scale = _seasonal_difference(past_target, observed, self.seasonality)
+        elif self.weighting == "series":
+            scale = tf.gather(constants["series_scale"], series)[:, None]
         else:
             _, scale = window_statistics(past_target, observed, self.scaling)
         weights = tf.cast(seen, tf.float32) / scale

@@ -235,6 +235,22 @@ def test_the_m4_figures_come_from_the_shipped_m4_config():
     assert "--seed" in words and len(words) == 5 + 2 * len(settings) + 2
 
 
+def test_the_etth1_figures_come_from_the_shipped_etth1_config():
+    """The README's ETTh1 command is configs/etth1.toml with only the seed given."""
+    import shlex
+
+    from tests.markdown_examples import shell_commands
+
+    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
+    section = readme[readme.index("### ETTh1") :]
+    block = section.split("```bash")[1].split("```")[0]
+    (command,) = shell_commands(block)
+    assert shlex.split(command) == [
+        "rnnkit", "run", "forecasting", "--config",
+        "recipes/forecasting/configs/etth1.toml", "--seed", "1337",
+    ]  # fmt: skip
+
+
 def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
     import keras_tuner
 
@@ -315,3 +331,60 @@ def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
     np.testing.assert_allclose(
         [float(r["seasonal_naive"]) for r in rows], expected, rtol=1e-6
     )
+
+
+def test_the_etth1_config_follows_the_long_horizon_literatures_protocol():
+    """12, 4 and 4 months of the first 20 (8,640, 2,880 and 2,880 hours), every
+    origin of the validation and test spans, inputs reaching back before a span."""
+    path = M4 / "ETTh1.csv.gz"
+    require(path)
+    config = config_lib.resolve(
+        recipe.Config,
+        ROOT / "recipes" / "forecasting" / "configs" / "etth1.toml",
+        {"data.path": str(path)},
+    )
+    data = recipe.load_data(config)
+    grid, horizon = data.grid, config.data.horizon
+    assert (grid.steps, grid.train_end, grid.steps - grid.test_steps) == (
+        14_400,
+        8_640,
+        11_520,
+    )
+    for rows, first in ((data.validation_rows, 8_640), (data.test_rows, 11_520)):
+        assert len(rows) == 7 * (2_880 - horizon + 1)
+        origins = np.unique(rows[:, 1])
+        assert origins[0] == first and np.all(np.diff(origins) == 1)
+        assert origins[-1] + horizon == first + 2_880
+    inputs, targets, _ = data.windows.arrays(data.test_rows[:1])
+    values = grid.values[data.test_rows[0, 0]]
+    np.testing.assert_allclose(inputs["past_target"][0], values[11_520 - 96 : 11_520])
+    np.testing.assert_allclose(targets[0], values[11_520 : 11_520 + horizon])
+
+
+def test_standardized_errors_are_the_literatures_mse_and_mae():
+    """std_mse and std_mae against scikit-learn's StandardScaler fitted on the
+    training rows (the literature's scaling), on real ETTh1 values: the seasonal
+    naive forecast of a day of every channel from three origins."""
+    import pandas as pd
+    from rnnkit_recipes.forecasting.evaluation import Forecasts, standardized_errors
+    from sklearn.preprocessing import StandardScaler
+
+    path = M4 / "ETTh1.csv.gz"
+    require(path)
+    values = pd.read_csv(path).drop(columns="date").to_numpy()[:600].T  # (7, 600)
+    train = values[:, :400]
+    rows = np.array([(s, o) for o in (400, 450, 520) for s in range(7)])
+    actual = np.stack([values[s, o : o + 24] for s, o in rows])
+    forecast = np.stack([values[s, o - 24 : o] for s, o in rows])
+    forecasts = Forecasts(
+        rows=rows, actual=actual, histories=[], quantiles=forecast[..., None],
+        levels=(0.5,), baselines={"seasonal_naive": forecast},
+    )  # fmt: skip
+    table = standardized_errors(forecasts, train)
+    scaler = StandardScaler().fit(train.T)
+    mean, deviation = scaler.mean_[rows[:, 0], None], scaler.scale_[rows[:, 0], None]
+    error = (forecast - mean) / deviation - (actual - mean) / deviation
+    for name in ("model", "seasonal_naive"):
+        row = table[name]
+        assert row["std_mse"] == pytest.approx(np.mean(error**2), rel=1e-12)
+        assert row["std_mae"] == pytest.approx(np.mean(np.abs(error)), rel=1e-12)
