@@ -194,6 +194,18 @@ def window_origins(
     return np.stack([series, origins[index]], axis=1).astype(np.int64)
 
 
+def training_statistics(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, deviation), each (series,), of `train` (series, steps; NaN where
+    missing): the observed values' mean and population standard deviation, as
+    scikit-learn's StandardScaler fits them; 0 and 1 for a series with fewer than two
+    values, and a deviation of 0 (a constant series) is 1."""
+    enough = (~np.isnan(train)).sum(axis=1) > 1
+    mean, deviation = np.zeros(len(train)), np.ones(len(train))
+    mean[enough] = np.nanmean(train[enough], axis=1)
+    deviation[enough] = np.nanstd(train[enough], axis=1)
+    return mean, np.where(deviation > 0, deviation, 1.0)
+
+
 def _seasonal_difference(values, observed, seasonality: int):
     """(batch, 1): the mean |y_t - y_{t-m}| over a window's observed pairs (MASE's
     scale, m the seasonality; the last step's lag if the window is shorter), floored
@@ -257,13 +269,8 @@ class Windows:
                 axis=1,
             ).astype(np.float32)
         self.first_tick = grid.ticks[:, 0].astype(np.int64)
-        # weighting "series": each series' deviation over its training span (1 for
-        # a span without two values).
-        train = grid.values[:, : grid.train_end]
-        enough = (~np.isnan(train)).sum(axis=1) > 1
-        deviation = np.ones(count)
-        deviation[enough] = np.nanstd(train[enough], axis=1)
-        deviation = np.where(deviation > 0, deviation, 1.0)
+        # weighting "series": each series' deviation over its training span.
+        _, deviation = training_statistics(grid.values[:, : grid.train_end])
         self.series_scale = deviation.astype(np.float32)
         self.series_ids = None if series_ids is None else [str(i) for i in series_ids]
         self._tensors = None

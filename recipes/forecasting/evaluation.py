@@ -180,9 +180,9 @@ def standardized_errors(forecasts: Forecasts, train: np.ndarray) -> dict:
     training span `train` (series, steps; NaN where missing), averaged over every
     observed step of every window, as the long-horizon literature scores ETTh1
     (scikit-learn's StandardScaler fitted on the training split)."""
-    mean = np.nanmean(train, axis=1)
-    deviation = np.nanstd(train, axis=1)
-    deviation = np.where(deviation > 0, deviation, 1.0)
+    from rnnkit_recipes.forecasting.data import training_statistics
+
+    mean, deviation = training_statistics(train)
     series = forecasts.rows[:, 0]
 
     def standardized(values: np.ndarray) -> np.ndarray:
