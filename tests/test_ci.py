@@ -74,16 +74,21 @@ def test_the_tests_scheduled_first_exist_and_come_first():
     assert [item.nodeid for item in items] == [ids[3], ids[1], ids[4], ids[0], ids[2]]
 
 
-def test_auto_starts_a_worker_more_than_the_cores(monkeypatch):
-    """`-n auto` (README's test command): one worker per usable core and one more,
-    unless PYTEST_XDIST_AUTO_NUM_WORKERS says otherwise (pytest-xdist reads it)."""
+def test_auto_starts_a_worker_more_than_the_cores_on_tensorflow(monkeypatch):
+    """`-n auto` (README's test command): on TensorFlow one worker per usable core
+    and one more, on JAX and PyTorch (the layer passes) one per core, unless
+    PYTEST_XDIST_AUTO_NUM_WORKERS says otherwise (pytest-xdist reads it)."""
     import os
 
     from tests import conftest
 
     monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
     assert conftest.pytest_xdist_auto_num_workers(None) == 3
+    for backend, workers in (("tensorflow", 3), ("jax", 2), ("torch", 2)):
+        monkeypatch.setenv("KERAS_BACKEND", backend)
+        assert conftest.pytest_xdist_auto_num_workers(None) == workers, backend
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "5")
     assert conftest.pytest_xdist_auto_num_workers(None) is None
 

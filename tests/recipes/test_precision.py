@@ -18,10 +18,16 @@ from tests.smoke_runs import smoke_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# recipe: (extra options, the test metric compared, its tolerance (relative)). The
+LOSS_TOLERANCE = 0.02  # relative, per epoch, training and validation loss
+# recipe: (extra options, the metric compared, its tolerance (relative)): a test
+# metric of metrics.json, or else a column of the last epoch in history.csv. The
 # smoke configs, cut to one epoch where they train longer. Accuracy-like metrics of
 # a smoke model near chance flip with one prediction, so a loss-like or ranking
-# metric is compared; the training and validation losses of every epoch too.
+# metric is compared; the training and validation losses of every epoch too. The
+# captioning smoke model's captions are still word salad, whose BLEU moved by a
+# fifth between two CPUs under mixed_bfloat16 (bfloat16 emulated where the CPU has
+# no bfloat16 instructions): its validation cross-entropy (the recipe's objective,
+# without the loss's attention penalty) is compared instead.
 RECIPES = {
     "stock": ((), "mae", 0.01),
     "sentiment": (("--epochs", "1"), "roc_auc", 0.02),
@@ -36,9 +42,8 @@ RECIPES = {
         "val_perplexity",
         0.02,
     ),
-    "captioning": ((), "bleu1", 0.08),
+    "captioning": ((), "val_crossentropy", 0.002),
 }
-LOSS_TOLERANCE = 0.02  # relative, per epoch, training and validation loss
 SLOW = {"sentiment", "translation", "captioning"}  # 15-40 s per run
 
 
@@ -101,7 +106,13 @@ def test_a_mixed_run_trains_close_to_the_float32_run(
                 float(row[key]), rel=LOSS_TOLERANCE
             ), (row["epoch"], key)
     _, metric, tolerance = RECIPES[name]
-    assert mixed_metrics[metric] == pytest.approx(metrics[metric], rel=tolerance)
+    assert _metric(mixed_metrics, mixed_history, metric) == pytest.approx(
+        _metric(metrics, history, metric), rel=tolerance
+    )
+
+
+def _metric(metrics, history, name) -> float:
+    return float(metrics[name] if name in metrics else history[-1][name])
 
 
 def test_the_older_switch_is_mixed_float16_and_conflicts_are_one_line():
