@@ -1,4 +1,5 @@
-"""Running the `rnnkit` launcher in-process, as the recipe tests do."""
+"""Running the `rnnkit` launcher in-process, as the launcher's, recipe and export
+tests do."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from rnnkit.cli import main
 
 
 def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
+    """`rnnkit ARGS` through click's runner. An rnnkit error is the command's exit
+    code and "Error: ..." line, as a user sees it; any other exception is raised,
+    so that a failing test shows where it came from."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def error_line(result) -> str:

@@ -182,7 +182,7 @@ def test_the_launcher_prints_a_missing_package_as_one_line(monkeypatch, tmp_path
     """A ModuleNotFoundError of an optional package raised anywhere under a command
     is the same one line (exit status 1), whichever command it came from."""
     import rnnkit.export
-    from tests.cli.support import invoke
+    from tests.cli_support import invoke
 
     def missing(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'onnxruntime'", name="onnxruntime")

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 from rnnkit import config as config_lib
 from rnnkit.cli import main
 from rnnkit.training import run_dir as run_dir_lib
-from tests.cli.support import invoke
-from tests.cli_support import error_line
+from tests.cli_support import error_line, invoke
 from tests.stock_support import msft_frame
 
 # Where runs trained that this CPU machine cannot train on: the model still runs here.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 
 
 def test_help_and_list():

@@ -13,7 +13,7 @@ import pytest
 
 from rnnkit import registry
 from rnnkit.cli import COMMANDS, main
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 
 CLI_SOURCES = sorted((Path(__file__).parents[2] / "rnnkit" / "cli").glob("*.py"))
 

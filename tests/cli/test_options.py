@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from rnnkit.cli import main
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 from tests.stock_support import SMOKE_CONFIG
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.support import invoke
 from tests.cli.test_evaluate import ELSEWHERE, trained_elsewhere
+from tests.cli_support import invoke
 from tests.stock_support import write_msft_csv
 
 

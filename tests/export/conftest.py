@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 from tests.export.support import stop_children
 from tests.shared_once import made_once
 

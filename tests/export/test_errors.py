@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rnnkit.export import ExportError, export, writer
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 
 
 def one_line_error(result, *words):

@@ -18,7 +18,7 @@ import pytest
 
 from rnnkit.training import runner
 from tests import preloaded
-from tests.cli.support import invoke
+from tests.cli_support import invoke
 from tests.stock_support import ROOT, SMOKE_CONFIG
 from tests.training.kill_launcher import KILL_POINTS
 
