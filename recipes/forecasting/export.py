@@ -75,13 +75,10 @@ def export_plan(
         )
     ]
 
-    def forecast(values: dict) -> dict:
-        return {"quantiles": model(dict(values), training=False)}
-
     doc = "the past window of a series in, the quantiles of its next steps out"
     plan = ExportPlan(
         recipe="forecasting",
-        endpoints=[Endpoint("forecast", forecast, inputs, outputs, doc)],
+        endpoints=[Endpoint("forecast", _forecast(model), inputs, outputs, doc)],
         track=[model],
         notes={
             "input_length": named["past_target"].shape[1],
@@ -112,22 +109,29 @@ def export_plan(
             for tensor in inputs
         ]
 
-    def forecast_without_strings(values: dict) -> dict:
-        values = dict(values)
-        if "series_index" in values:
-            values["series"] = values.pop("series_index")
-        return {"quantiles": artefact_model(values, training=False)}
-
     plan.artefacts.append(
         Artefact(
             "model",
-            SignatureModel(forecast_without_strings, [model], name="forecaster"),
+            SignatureModel(_forecast(artefact_model), [model], name="forecaster"),
             artefact_inputs,
             outputs,
             doc,
         )
     )
     return plan
+
+
+def _forecast(model: keras.Model):
+    """The endpoint's function: the named inputs in, {"quantiles": ...} out; a
+    `series_index` input (the files without strings) feeds the model's `series`."""
+
+    def forecast(values: dict) -> dict:
+        values = dict(values)
+        if "series_index" in values:
+            values["series"] = values.pop("series_index")
+        return {"quantiles": model(values, training=False)}
+
+    return forecast
 
 
 def _periods(config: ForecastingConfig) -> list[float] | None:
