@@ -235,20 +235,68 @@ def test_the_m4_figures_come_from_the_shipped_m4_config():
     assert "--seed" in words and len(words) == 5 + 2 * len(settings) + 2
 
 
-def test_the_etth1_figures_come_from_the_shipped_etth1_config():
-    """The README's ETTh1 command is configs/etth1.toml with only the seed given."""
+@pytest.mark.parametrize(
+    "heading, config", [("### ETTh1", "etth1.toml"), ("### S&P 500", "sp500.toml")]
+)
+def test_a_readme_figure_comes_from_its_shipped_config(heading, config):
+    """The README's ETTh1 and S&P 500 commands are their shipped configs with only
+    the seed given, so each file is the configuration its figures came from."""
     import shlex
 
     from tests.markdown_examples import shell_commands
 
     readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
-    section = readme[readme.index("### ETTh1") :]
+    section = readme[readme.index(heading) :]
     block = section.split("```bash")[1].split("```")[0]
     (command,) = shell_commands(block)
     assert shlex.split(command) == [
         "rnnkit", "run", "forecasting", "--config",
-        "recipes/forecasting/configs/etth1.toml", "--seed", "1337",
+        f"recipes/forecasting/configs/{config}", "--seed", "1337",
     ]  # fmt: skip
+
+
+def test_the_sp500_config_tests_the_last_year_of_every_ticker_by_the_week():
+    """Calendar days 2013-02-08 to 2018-02-07 (weekends and holidays missing), the
+    tickers listed for less than two years left out, 52 test weeks ending on the
+    file's last day and 52 validation weeks before them, every input 12 weeks back."""
+    import pandas as pd
+
+    path = SHARED_DATA / "stocks" / "sp500_all_stocks_5yr.csv.gz"
+    require(path)
+    config = config_lib.resolve(
+        recipe.Config,
+        ROOT / "recipes" / "forecasting" / "configs" / "sp500.toml",
+        {"data.path": str(path)},
+    )
+    data = recipe.load_data(config)
+    grid = data.grid
+    days = pd.date_range("2013-02-08", "2018-02-07", freq="D")
+    assert grid.steps == len(days) and len(grid.ids) == 496
+    assert (grid.test_steps, grid.validation_steps) == (364, 364)
+    assert set(grid.last_times) == {pd.Timestamp("2018-02-07")}
+    weekend = days.day_of_week.to_numpy() >= 5
+    assert np.isnan(grid.values[:, weekend]).all()
+    assert np.isfinite(grid.values[:, ~weekend]).mean() > 0.9
+    for rows, first in (
+        (data.validation_rows, grid.train_end),
+        (data.test_rows, grid.steps - 364),
+    ):
+        origins = np.unique(rows[:, 1])
+        assert len(origins) == 52 and np.all(np.diff(origins) == 7)
+        assert origins[0] == first
+    assert days[grid.steps - 364] == pd.Timestamp("2017-02-09")
+    apple = grid.ids.index("AAPL")
+    inputs, targets, weights = data.windows.arrays(
+        data.test_rows[data.test_rows[:, 0] == apple][:1]
+    )
+    values = grid.values[apple]
+    start = grid.steps - 364
+    past, future = values[start - 84 : start], values[start : start + 7]
+    np.testing.assert_allclose(inputs["past_target"][0], np.nan_to_num(past))
+    np.testing.assert_array_equal(inputs["past_observed"][0], np.isfinite(past))
+    # the weekend's targets count for nothing
+    np.testing.assert_allclose(targets[0], np.nan_to_num(future), rtol=1e-6)
+    assert np.all((weights[0] > 0) == np.isfinite(future))
 
 
 def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
