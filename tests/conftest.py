@@ -58,10 +58,9 @@ def pytest_xdist_auto_num_workers(config):
     distributed workers, notebook kernels, fresh-process reloads) or sleeps out a
     timeout; with a worker per core that left a quarter of the 2-core CPU idle over
     the suite. On JAX and PyTorch, one worker per core: there only the layer tests
-    run, in the worker itself, and a third worker on two cores only contended (the
-    JAX pass took 158 s instead of 128 s, the PyTorch pass 52 s instead of 39 s, on
-    a 2-core EPYC). The variable pytest-xdist reads, PYTEST_XDIST_AUTO_NUM_WORKERS,
-    still wins."""
+    run, in the worker itself, and a third worker on two cores only contended
+    (docs/performance.md, "The test suite"). The variable pytest-xdist reads,
+    PYTEST_XDIST_AUTO_NUM_WORKERS, still wins."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own hook reads it
     affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere all cores
