@@ -55,6 +55,12 @@ QUICK: dict[str, dict[str, object]] = {
         "SAMPLE_CHARACTERS": 20,
     },
     "07_from_attention_to_transformer": {"TRAIN_PAIRS": 120, "EPOCHS": 1},
+    "08_forecasting_many_series": {
+        "M4_SERIES": 20,
+        "M4_EPOCHS": 1,
+        "TICKERS": 20,
+        "STOCK_EPOCHS": 1,
+    },
 }
 
 
@@ -101,7 +107,7 @@ def _errors(notebook) -> list:
 
 def test_the_course_is_there():
     names = [path.stem for path in NOTEBOOKS]
-    assert names[:7] == [
+    assert names[:8] == [
         "01_rnn_from_scratch",
         "02_bptt_and_gradients",
         "03_lstm_and_gru",
@@ -109,6 +115,7 @@ def test_the_course_is_there():
         "05_seq2seq_translation",
         "06_recipes_quickstart",
         "07_from_attention_to_transformer",
+        "08_forecasting_many_series",
     ], names
     assert SLOW <= set(names)
 
