@@ -26,6 +26,18 @@ def smoke(**values):
     return config_lib.resolve(recipe.Config, SMOKE).with_values(values)
 
 
+def shipped_config_data(name: str, path: Path):
+    """The shipped config `configs/NAME` reading `path` (the shared data file), and
+    the data it loads."""
+    require(path)
+    config = config_lib.resolve(
+        recipe.Config,
+        ROOT / "recipes" / "forecasting" / "configs" / name,
+        {"data.path": str(path)},
+    )
+    return config, recipe.load_data(config)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, check",
@@ -261,14 +273,9 @@ def test_the_sp500_config_tests_the_last_year_of_every_ticker_by_the_week():
     file's last day and 52 validation weeks before them, every input 12 weeks back."""
     import pandas as pd
 
-    path = SHARED_DATA / "stocks" / "sp500_all_stocks_5yr.csv.gz"
-    require(path)
-    config = config_lib.resolve(
-        recipe.Config,
-        ROOT / "recipes" / "forecasting" / "configs" / "sp500.toml",
-        {"data.path": str(path)},
+    _, data = shipped_config_data(
+        "sp500.toml", SHARED_DATA / "stocks" / "sp500_all_stocks_5yr.csv.gz"
     )
-    data = recipe.load_data(config)
     grid = data.grid
     days = pd.date_range("2013-02-08", "2018-02-07", freq="D")
     assert grid.steps == len(days) and len(grid.ids) == 496
@@ -384,14 +391,7 @@ def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
 def test_the_etth1_config_follows_the_long_horizon_literatures_protocol():
     """12, 4 and 4 months of the first 20 (8,640, 2,880 and 2,880 hours), every
     origin of the validation and test spans, inputs reaching back before a span."""
-    path = M4 / "ETTh1.csv.gz"
-    require(path)
-    config = config_lib.resolve(
-        recipe.Config,
-        ROOT / "recipes" / "forecasting" / "configs" / "etth1.toml",
-        {"data.path": str(path)},
-    )
-    data = recipe.load_data(config)
+    config, data = shipped_config_data("etth1.toml", M4 / "ETTh1.csv.gz")
     grid, horizon = data.grid, config.data.horizon
     assert (grid.steps, grid.train_end, grid.steps - grid.test_steps) == (
         14_400,
