@@ -27,10 +27,11 @@ from rnnkit.errors import DataError
 class Grid:
     """The panel right-aligned on one grid of steps (NaN before a series starts).
 
-    `values` is (series, steps); `covariates` (series, steps, C) or None; `ticks`
-    (series, steps) int64: each step's time as a count of `frequency` steps since the
-    epoch (for the calendar features), or the steps since the series' start when the
-    data has no times. `starts[i]` is the first step of series i on the grid. The
+    `values` is (series, steps); `covariates` (series, steps, C) or None;
+    `first_ticks` (series,) int64: the time of each series' first grid step as a
+    count of `frequency` steps since the epoch (for the calendar features), or minus
+    its start when the data has no times (`ticks`, (series, steps), is every step's).
+    `starts[i]` is the first step of series i on the grid. The
     last `test_steps` columns are the test span, the `validation_steps` before them
     the validation span.
     """
@@ -38,7 +39,7 @@ class Grid:
     ids: list[str]
     values: np.ndarray
     covariates: np.ndarray | None
-    ticks: np.ndarray
+    first_ticks: np.ndarray
     starts: np.ndarray
     frequency: str | None
     last_times: list | None
@@ -48,6 +49,12 @@ class Grid:
     @property
     def steps(self) -> int:
         return self.values.shape[1]
+
+    @property
+    def ticks(self) -> np.ndarray:
+        """(series, steps) int64: each step's time (made when asked: only the first
+        step's is kept)."""
+        return self.first_ticks[:, None] + np.arange(self.steps, dtype=np.int64)
 
     @property
     def train_end(self) -> int:
@@ -61,7 +68,7 @@ def to_grid(panel: Panel, test_steps: int, validation_steps: int) -> Grid:
     steps = int(lengths.max())
     count = len(panel.values)
     values = np.full((count, steps), np.nan)
-    ticks = np.zeros((count, steps), dtype=np.int64)
+    first_ticks = np.zeros(count, dtype=np.int64)
     covariates = None
     if panel.covariates is not None:
         covariates = np.full((count, steps, len(panel.covariate_names)), np.nan)
@@ -70,14 +77,13 @@ def to_grid(panel: Panel, test_steps: int, validation_steps: int) -> Grid:
         values[index, starts[index] :] = series
         if covariates is not None:
             covariates[index, starts[index] :] = panel.covariates[index]
-        first = _first_tick(panel, index)
-        ticks[index] = first - starts[index] + np.arange(steps)
+        first_ticks[index] = _first_tick(panel, index) - starts[index]
     last_times = None if panel.times is None else [t[-1] for t in panel.times]
     return Grid(
         ids=list(panel.ids),
         values=values,
         covariates=covariates,
-        ticks=ticks,
+        first_ticks=first_ticks,
         starts=starts,
         frequency=panel.frequency,
         last_times=last_times,
@@ -171,27 +177,42 @@ def window_origins(
     stride: int = 1,
     min_observed: int = 1,
 ) -> np.ndarray:
-    """(windows, 2) int64 rows (series, origin): every origin in [first, last] (a
+    """(windows, 2) int32 rows (series, origin): every origin in [first, last] (a
     step of `stride` from `first`) whose forecast span ends by `last + horizon` and
     holds at least one observed value, and whose input holds `min_observed`."""
     origins = np.arange(first, last + 1, stride)
     origins = origins[origins + horizon <= grid.steps]
     if origins.size == 0:
-        return np.zeros((0, 2), dtype=np.int64)
-    observed = ~np.isnan(grid.values)
-    cumulative = np.concatenate(
-        [np.zeros((len(observed), 1), dtype=np.int64), np.cumsum(observed, axis=1)],
-        axis=1,
-    )  # cumulative[:, t]: observed values before step t
+        return np.zeros((0, 2), dtype=np.int32)
+    if max(len(grid.values), grid.steps + input_length + horizon) >= 2**31:
+        raise DataError(
+            "the panel has 2**31 series or steps or more, beyond what the window "
+            "reader indexes; split it into several panels"
+        )
+    parts = []
+    # A block of series at a time: the (series, origins) tables stay small however
+    # many series the panel holds.
+    for block in range(0, len(grid.values), _SERIES_PER_BLOCK):
+        observed = ~np.isnan(grid.values[block : block + _SERIES_PER_BLOCK])
+        cumulative = np.zeros((len(observed), grid.steps + 1), dtype=np.int32)
+        np.cumsum(observed, axis=1, out=cumulative[:, 1:])
+        # cumulative[:, t]: observed values before step t
 
-    def count(start, end):
-        start = np.clip(start, 0, grid.steps)
-        return cumulative[:, end] - cumulative[:, start]
+        def count(start, end, cumulative=cumulative):
+            start = np.clip(start, 0, grid.steps)
+            return cumulative[:, end] - cumulative[:, start]
 
-    seen_before = count(origins - input_length, origins)  # (series, origins)
-    seen_after = count(origins, origins + horizon)
-    series, index = np.nonzero((seen_before >= max(1, min_observed)) & (seen_after > 0))
-    return np.stack([series, origins[index]], axis=1).astype(np.int64)
+        seen_before = count(origins - input_length, origins)  # (series, origins)
+        seen_after = count(origins, origins + horizon)
+        kept = (seen_before >= max(1, min_observed)) & (seen_after > 0)
+        series, index = np.nonzero(kept)
+        parts.append(
+            np.stack([series + block, origins[index]], axis=1).astype(np.int32)
+        )
+    return np.concatenate(parts)
+
+
+_SERIES_PER_BLOCK = 4096
 
 
 def training_statistics(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -251,24 +272,18 @@ class Windows:
         count = grid.values.shape[0]
         self.input_length, self.horizon, self.periods = input_length, horizon, periods
         self.scaling, self.weighting, self.seasonality = scaling, weighting, seasonality
-        left = np.full((count, input_length), np.nan)
-        right = np.full((count, horizon), np.nan)
         # Padded so that every window's slice exists: L steps before the grid, H after.
-        self.values = np.concatenate([left, grid.values, right], axis=1).astype(
-            np.float32
-        )
+        padded = input_length + grid.steps + horizon
+        self.values = np.full((count, padded), np.nan, dtype=np.float32)
+        self.values[:, input_length : input_length + grid.steps] = grid.values
         self.covariates = None
         if grid.covariates is not None:
             width = grid.covariates.shape[2]
-            self.covariates = np.concatenate(
-                [
-                    np.full((count, input_length, width), np.nan),
-                    grid.covariates,
-                    np.full((count, horizon, width), np.nan),
-                ],
-                axis=1,
-            ).astype(np.float32)
-        self.first_tick = grid.ticks[:, 0].astype(np.int64)
+            self.covariates = np.full((count, padded, width), np.nan, dtype=np.float32)
+            self.covariates[:, input_length : input_length + grid.steps] = (
+                grid.covariates
+            )
+        self.first_tick = grid.first_ticks.astype(np.int64)
         # weighting "series": each series' deviation over its training span.
         _, deviation = training_statistics(grid.values[:, : grid.train_end])
         self.series_scale = deviation.astype(np.float32)
@@ -299,11 +314,12 @@ class Windows:
         return tensors
 
     def batch(self, rows):
-        """The (inputs, targets, weights) of int64 rows (batch, 2), as tensors."""
+        """The (inputs, targets, weights) of integer rows (batch, 2), as tensors."""
         import tensorflow as tf
 
         from rnnkit.models.forecaster import window_statistics
 
+        rows = tf.cast(rows, tf.int64)
         series, origins = rows[:, 0], rows[:, 1]
         past = origins[:, None] + tf.range(self.input_length, dtype=tf.int64)[None]
         future = (
@@ -359,21 +375,45 @@ class Windows:
 
     def dataset(self, rows: np.ndarray, batch_size: int, seed: int | None = None):
         """A `tf.data.Dataset` of the batches of `rows`, in a new order each epoch
-        (drawn from `seed`) when `seed` is given, in the rows' order otherwise."""
+        (a permutation of all the rows, drawn from `seed`) when `seed` is given, in
+        the rows' order otherwise.
+
+        The rows are held once (int32, as `window_origins` makes them); a shuffled
+        epoch reads them through `tf.random.experimental.index_shuffle`, a seeded
+        permutation computed index by index, so no shuffle buffer holds the windows
+        of a large panel."""
         import tensorflow as tf
 
         if len(rows) == 0:
             raise DataError("no window to read: the series are too short")
-        dataset = tf.data.Dataset.from_tensor_slices(np.asarray(rows, np.int64))
+        count = len(rows)
+        with tf.init_scope():
+            table = tf.constant(np.asarray(rows, np.int32))
+        order = tf.data.Dataset.range(count).batch(batch_size)
         if seed is not None:
-            dataset = dataset.shuffle(
-                len(rows), seed=seed, reshuffle_each_iteration=True
+            last = tf.constant(count - 1, tf.int64)
+
+            def permuted(key):
+                seeds = tf.stack([key, tf.constant(seed, tf.int64)])
+                return order.map(
+                    lambda index: tf.random.experimental.index_shuffle(
+                        index, seeds, last
+                    )
+                )
+
+            # Dataset.random draws a new key each time the dataset is iterated (each
+            # epoch), the same keys on every run of the same seed.
+            order = (
+                tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+                .take(1)
+                .flat_map(permuted)
+                .apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
             )
-        return (
-            dataset.batch(batch_size)
-            .map(self.batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-            .prefetch(tf.data.AUTOTUNE)
-        )
+        return order.map(
+            lambda index: self.batch(tf.gather(table, index)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        ).prefetch(tf.data.AUTOTUNE)
 
     def arrays(self, rows: np.ndarray, batch_size: int = 4096):
         """(inputs, targets, weights) of `rows` as numpy arrays (for evaluation)."""

@@ -8,7 +8,8 @@ A panel is many related series (load per feeder, sales per store, the M4 competi
   configurable; without an id column the file is one series; without a time column the
   rows are taken as consecutive steps in file order);
 - wide: one row per series, its id then its values left-aligned, the rest of the row
-  empty: the M4 competition's files (`Hourly-train.csv`, `"V1","V2",...`).
+  empty: the M4 competition's files (`Hourly-train.csv`, `"V1","V2",...`; read by
+  rnnkit_recipes.forecasting.wide).
 
 Missing values (NaN, a gap in the time column) stay NaN; rnnkit_recipes.forecasting.data
 puts the panel on a grid and cuts it into windows.
@@ -78,7 +79,7 @@ class Panel:
 # -- Reading -------------------------------------------------------------------------
 
 
-def _read_table(path: Path):
+def read_table(path: Path):
     import pandas as pd
 
     if not path.is_file():
@@ -103,76 +104,6 @@ def _read_table(path: Path):
     if frame.empty:
         raise DataError(f"{path} holds no rows")
     return frame
-
-
-def read_m4(path: str | Path) -> dict[str, np.ndarray]:
-    """The series of an M4 file (`Hourly-train.csv`, or gzipped) as {id: values},
-    in the file's order, each a float64 array without the row's empty tail."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"no M4 file at {path}; give the path of an M4 CSV file")
-    try:
-        frame = pd.read_csv(path, index_col=0)
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path} is empty; give an M4 CSV file") from None
-    except (ValueError, pd.errors.ParserError, EOFError, OSError) as error:
-        raise DataError(f"{path} is not an M4 CSV file: {error}") from None
-    if frame.empty:
-        raise DataError(f"{path} holds no series")
-    return _wide_rows(frame, path)
-
-
-def _wide_rows(frame, path: Path) -> dict[str, np.ndarray]:
-    import pandas as pd
-
-    series = {}
-    numeric = frame.apply(pd.to_numeric, errors="coerce")
-    for series_id, row in numeric.iterrows():
-        values = row.to_numpy(dtype=np.float64)
-        original = frame.loc[series_id]
-        if isinstance(original, pd.DataFrame):
-            raise DataError(
-                f"{path}: series {series_id} appears in more than one row; give each "
-                "series one row"
-            )
-        text = original[np.isnan(values) & original.notna().to_numpy()]
-        if len(text):
-            raise DataError(
-                f"{path}: series {series_id} holds a non-numeric value "
-                f"{str(text.iloc[0])!r} (column {text.index[0]}); wide rows hold "
-                "numbers"
-            )
-        if np.isnan(values).all():
-            raise DataError(f"{path}: series {series_id} holds no number")
-        last = int(np.flatnonzero(~np.isnan(values))[-1])
-        values = values[: last + 1]
-        if np.isnan(values).any():
-            raise DataError(
-                f"{path}: series {series_id} has a gap (an empty value before its "
-                "last one); wide rows hold their values left-aligned (write gaps as "
-                "a long file with a time column)"
-            )
-        series[str(series_id)] = values
-    return series
-
-
-def read_wide(path: str | Path) -> Panel:
-    """A wide file (M4's layout) as a panel without times."""
-    path = Path(path)
-    frame = _read_table(path)
-    frame = frame.set_index(frame.columns[0])
-    series = _wide_rows(frame, path)
-    return Panel(
-        ids=list(series),
-        values=list(series.values()),
-        times=None,
-        frequency=None,
-        covariates=None,
-        covariate_names=(),
-        source=path.name,
-    )
 
 
 def _column(frame, name: str, role: str, path: Path, key: str) -> str:
@@ -207,7 +138,7 @@ def read_long(
     """
     path = Path(path)
     return _long_panel(
-        _read_table(path), path, id_column, time_column, target_column, covariates,
+        read_table(path), path, id_column, time_column, target_column, covariates,
         frequency,
     )  # fmt: skip
 
@@ -223,7 +154,7 @@ def read_columns(
     series are `columns` (every column but `time_column` when empty), named by their
     headers, on the times of `time_column` (consecutive steps without one)."""
     path = Path(path)
-    frame = _read_table(path)
+    frame = read_table(path)
     lowered = {str(c).lower() for c in frame.columns}
     time = time_column if time_column.lower() in lowered else None
     time = time and _column(frame, time, "time", path, "data.time_column")
@@ -430,9 +361,11 @@ def load_panel(
                 "none; give the file with --set data.path=FILE"
             )
         return default_panel()
+    from rnnkit_recipes.forecasting.wide import looks_wide, read_wide
+
     file = Path(path)
     if layout == "auto":
-        layout = "wide" if _looks_wide(file) else "long"
+        layout = "wide" if looks_wide(file) else "long"
     if layout == "columns":
         if covariates:
             raise DataError(
@@ -457,40 +390,3 @@ def load_panel(
         covariates=covariates,
         frequency=frequency,
     )
-
-
-def _looks_wide(path: Path) -> bool:
-    import pandas as pd
-
-    if not path.is_file() or path.suffix.lower() in (".parquet", ".pq"):
-        return False
-    try:
-        header = pd.read_csv(path, nrows=0).columns
-    except (ValueError, EOFError, OSError, pd.errors.EmptyDataError):
-        return False
-    return len(header) > 2 and all(
-        str(name).upper() == f"V{index + 1}" for index, name in enumerate(header)
-    )
-
-
-def append_test(panel: Panel, path: str | Path) -> tuple[Panel, int]:
-    """The panel with each series' test values (a wide file, M4's test file) appended;
-    returns it and the number of test steps (the same for every series)."""
-    test = read_m4(path)
-    missing = [series_id for series_id in panel.ids if series_id not in test]
-    if missing:
-        raise DataError(
-            f"{Path(path).name} has no test values for {len(missing)} series "
-            f"({missing[0]}, ...); give the test file of the same series"
-        )
-    lengths = {len(test[series_id]) for series_id in panel.ids}
-    if len(lengths) != 1:
-        raise DataError(
-            f"{Path(path).name}: the series have test spans of different lengths "
-            f"({sorted(lengths)}); give every series the same number of test values"
-        )
-    values = [
-        np.concatenate([v, test[i]])
-        for i, v in zip(panel.ids, panel.values, strict=True)
-    ]
-    return dataclasses.replace(panel, values=values), lengths.pop()

@@ -250,7 +250,7 @@ def load(config: ForecastingConfig) -> ForecastingData:
     """The grid of the configured panel and its three splits."""
     import numpy as np
     from rnnkit_recipes.forecasting.data import to_grid
-    from rnnkit_recipes.forecasting.panel import append_test
+    from rnnkit_recipes.forecasting.wide import append_test
 
     from rnnkit.errors import DataError
 
@@ -303,7 +303,6 @@ def truncated(grid, end: int):
         grid,
         values=grid.values[:, :end],
         covariates=None if grid.covariates is None else grid.covariates[:, :end],
-        ticks=grid.ticks[:, :end],
         last_times=None,
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rnnkit_recipes.forecasting import baselines
-from rnnkit_recipes.forecasting.panel import read_m4
+from rnnkit_recipes.forecasting.wide import read_m4
 
 from rnnkit import metrics
 from rnnkit.errors import DataError

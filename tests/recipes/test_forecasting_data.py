@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from rnnkit_recipes.forecasting import data as fdata
 from rnnkit_recipes.forecasting import panel as fpanel
+from rnnkit_recipes.forecasting import wide as fwide
 
 from rnnkit.errors import DataError
 from tests.shared_data import SHARED_DATA, require
@@ -67,6 +68,28 @@ def test_wide_file_is_read_as_m4(tmp_path):
     panel = fpanel.load_panel(str(path))
     assert panel.ids == ["H1", "H2"] and panel.times is None
     np.testing.assert_array_equal(panel.values[1], [4.0, 5.0])
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ('"H1",1,2,3\n"H1",4,5,\n', "series H1 appears in more than one row"),
+        (
+            '"H1",1,2,3\n"H2",4,x5,\n',
+            "series H2 holds a non-numeric value 'x5' \\(column V3\\)",
+        ),
+        ('"H1",1,inf,3\n', "series H1 holds an infinite value \\(column V3\\)"),
+        ('"H1",1,2,3\n"H2",,,\n', "series H2 holds no number"),
+        ('"H1",1,,3\n', "series H1 has a gap"),
+    ],
+    ids=["duplicated-id", "non-numeric", "infinite", "empty-row", "gap"],
+)
+def test_bad_wide_files_are_one_line_errors(tmp_path, rows, message):
+    path = tmp_path / "wide.csv"
+    path.write_text('"V1","V2","V3","V4"\n' + rows)
+    with pytest.raises(DataError, match=message) as error:
+        fpanel.load_panel(str(path))
+    assert "\n" not in str(error.value)
 
 
 def test_a_missing_time_becomes_a_missing_value(tmp_path):
@@ -195,6 +218,59 @@ def test_windows_gather_what_numpy_slicing_gives():
     assert (rows[:, 1] + 4 <= grid.train_end).all()
 
 
+def test_window_origins_are_the_same_in_blocks_of_series(monkeypatch):
+    rng = np.random.default_rng(1)
+    values = [rng.normal(0, 1, int(n)) for n in rng.integers(12, 40, 7)]
+    for series in values[::2]:
+        series[rng.integers(0, len(series), 6)] = np.nan
+    panel = fpanel.Panel(list("abcdefg"), values, None, None, None, (), "test")
+    grid = fdata.to_grid(panel, test_steps=3, validation_steps=3)
+    whole = fdata.window_origins(grid, 1, grid.train_end - 3, 6, 3, min_observed=3)
+    # the reference: every (series, origin) whose input holds 3 values and whose
+    # forecast span holds one
+    expected = [
+        (s, o)
+        for s in range(7)
+        for o in range(1, grid.train_end - 2)
+        if np.isfinite(grid.values[s, max(0, o - 6) : o]).sum() >= 3
+        and np.isfinite(grid.values[s, o : o + 3]).any()
+    ]
+    np.testing.assert_array_equal(whole, expected)
+    monkeypatch.setattr(fdata, "_SERIES_PER_BLOCK", 2)
+    np.testing.assert_array_equal(
+        fdata.window_origins(grid, 1, grid.train_end - 3, 6, 3, min_observed=3), whole
+    )
+
+
+def test_each_shuffled_epoch_reads_every_window_once_in_a_new_order():
+    rng = np.random.default_rng(2)
+    panel = fpanel.Panel(
+        ["x", "y", "z"], [rng.normal(0, 1, 30) for _ in range(3)], None, None, None,
+        (), "test",
+    )  # fmt: skip
+    grid = fdata.to_grid(panel, test_steps=2, validation_steps=2)
+    windows = fdata.Windows(grid, 4, 2, (), None, "standard")
+    rows = fdata.window_origins(grid, 1, grid.train_end - 2, 4, 2)
+
+    def epochs(dataset, count):
+        orders = []
+        for _ in range(count):  # one iteration of the dataset per epoch, as fit does
+            targets = np.concatenate([batch[1].numpy() for batch in dataset])
+            orders.append(targets[:, 0])
+        return orders
+
+    first_targets = windows.arrays(rows)[1][:, 0]
+    shuffled = windows.dataset(rows, batch_size=7, seed=3)
+    assert shuffled.cardinality() == -(-len(rows) // 7)
+    one, two = epochs(shuffled, 2)
+    for epoch in (one, two):  # a permutation of every window's target
+        np.testing.assert_array_equal(np.sort(epoch), np.sort(first_targets))
+    assert not np.array_equal(one, two) and not np.array_equal(one, first_targets)
+    np.testing.assert_array_equal(epochs(windows.dataset(rows, 7, seed=3), 1)[0], one)
+    in_order = epochs(windows.dataset(rows, batch_size=7), 1)[0]
+    np.testing.assert_array_equal(in_order, first_targets)
+
+
 def test_calendar_periods_follow_the_frequency():
     assert fdata.time_periods("30min", 48) == (48.0, 336.0)
     assert fdata.time_periods("h", 24) == (24.0, 168.0)
@@ -243,13 +319,13 @@ def test_m4_test_file_is_appended_and_checked(tmp_path):
     require(M4 / "m4_hourly_train.csv.gz")
     panel = fpanel.load_panel(str(M4 / "m4_hourly_train.csv.gz"))
     assert len(panel.ids) == 414 and panel.times is None
-    joined, steps = fpanel.append_test(panel, M4 / "m4_hourly_test.csv.gz")
+    joined, steps = fwide.append_test(panel, M4 / "m4_hourly_test.csv.gz")
     assert steps == 48
     assert len(joined.values[0]) == len(panel.values[0]) + 48
     other = tmp_path / "other.csv"
     other.write_text('"V1","V2"\n"X1",1\n')
     with pytest.raises(DataError, match="no test values for 414 series \\(H1, ...\\)"):
-        fpanel.append_test(panel, other)
+        fwide.append_test(panel, other)
 
 
 def test_seasonal_difference_weights_are_one_over_mases_scale():
