@@ -85,7 +85,7 @@ def export_plan(
             "horizon": horizon,
             "quantiles": list(quantiles),
             "covariates": list(config.data.covariates),
-            "periods": _periods(config) if "past_time" in named else [],
+            "periods": _periods(model, config) if "past_time" in named else [],
         },
     )
     if format == "saved_model":
@@ -134,15 +134,19 @@ def _forecast(model: keras.Model):
     return forecast
 
 
-def _periods(config: ForecastingConfig) -> list[float] | None:
-    """The calendar terms' periods, in steps, as the run's training read them: from
+def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | None:
+    """The calendar terms' periods, in steps, as the model records them; for a model
+    saved before it recorded them, as the run's training read them: from
     data.frequency, or the spacing of the configured data's times when it is None;
     None (unknown) when that data cannot be read here."""
     from rnnkit_recipes.forecasting.data import time_periods
-    from rnnkit_recipes.forecasting.recipe import panel_of
+    from rnnkit_recipes.forecasting.recipe import panel_of, trained_periods
 
     from rnnkit.errors import DataError
 
+    recorded = trained_periods(model)
+    if recorded is not None:
+        return recorded
     frequency = config.data.frequency
     if frequency is None:
         try:

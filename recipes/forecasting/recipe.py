@@ -91,7 +91,7 @@ class ForecastingRecipe(Recipe):
             past_covariates=0 if covariates is None else covariates.shape[2],
             covariate_mean=mean,
             covariate_variance=variance,
-            time_features=2 * len(data.periods),
+            time_periods=data.periods,
             series_ids=grid.ids if m.embedding_dim else None,
             embedding_dim=m.embedding_dim,
             cell_type=m.cell_type,
@@ -410,6 +410,15 @@ def test_forecasts(
     )
 
 
+def trained_periods(model) -> list[float] | None:
+    """The calendar periods (in steps) `model` was trained with, as its "calendar"
+    layer records them; None for a model saved before it recorded them."""
+    try:
+        return list(model.get_layer("calendar").periods)
+    except ValueError:
+        return None
+
+
 def forecast_lines(
     model, path: str | None, config: ForecastingConfig, header: bool
 ) -> list[str]:
@@ -426,14 +435,24 @@ def forecast_lines(
     periods = ()
     if "past_time" in inputs:
         periods = time_periods(grid.frequency, d.seasonality)
-        trained = inputs["past_time"].shape[-1] // 2
-        if len(periods) != trained:
+        trained = trained_periods(model)
+        count = inputs["past_time"].shape[-1] // 2
+        given = ", ".join(f"{p:g}" for p in periods) or "none"
+        if trained is None and len(periods) != count:  # saved before they were kept
+            problem = f"{count} period(s), and this file's times give ({given})"
+        elif trained is not None and (
+            len(periods) != len(trained) or not np.allclose(periods, trained)
+        ):
+            kept = ", ".join(f"{p:g}" for p in trained)
+            problem = f"periods ({kept}), and this file's times give ({given})"
+        else:
+            problem = None
+        if problem:
             from rnnkit.errors import DataError
 
             raise DataError(
-                f"{panel.source}: the model reads calendar terms of {trained} "
-                f"period(s), and this file's times give {len(periods)}; predict from "
-                "a file of the training data's layout and spacing"
+                f"{panel.source}: the model reads calendar terms of {problem} steps; "
+                "predict from a file of the training data's layout and spacing"
             )
     names = set(inputs)
     windows = Windows(

@@ -126,6 +126,43 @@ class QuantileOutput(keras.layers.Layer):
         return tuple(input_shape[0])
 
 
+@keras.saving.register_keras_serializable(package="rnnkit")
+class CalendarTerms(keras.layers.Layer):
+    """Calendar terms passed through unchanged, their periods kept in the model.
+
+    The forecaster's `past_time` and `future_time` inputs hold, for each period p (in
+    steps), sin and cos of 2 pi (t mod p) / p at each step t. The model cannot make
+    them itself from a window, so whoever feeds it (the recipe's `predict`, an
+    exported model's caller) must know the periods: this layer records them in the
+    saved model (`model.get_layer("calendar").periods`), where the data that trained
+    it need not be at hand.
+
+    Args:
+        periods: the periods, in steps; the inputs' last axis is 2 x len(periods).
+    """
+
+    def __init__(self, periods: Sequence[float] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.periods = tuple(float(p) for p in periods)
+
+    def build(self, input_shape):
+        if input_shape[-1] is not None and input_shape[-1] != 2 * len(self.periods):
+            raise ValueError(
+                f"CalendarTerms of periods {self.periods} reads "
+                f"{2 * len(self.periods)} terms per step (sin, cos of each), "
+                f"received inputs of shape {input_shape}."
+            )
+
+    def call(self, inputs):
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "periods": list(self.periods)}
+
+
 def _positive(name: str, value) -> None:
     if not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(
@@ -142,6 +179,7 @@ def build_forecaster(
     covariate_mean: Sequence[float] | None = None,
     covariate_variance: Sequence[float] | None = None,
     time_features: int = 0,
+    time_periods: Sequence[float] | None = None,
     series_ids: Sequence[str] | None = None,
     embedding_dim: int = 0,
     cell_type: str = "gru",
@@ -168,6 +206,9 @@ def build_forecaster(
             span (a `Normalization` layer holds them); required when C > 0.
         time_features: T, known-future features per step (calendar terms: inputs
             `past_time` (batch, L, T) and `future_time` (batch, H, T)); 0: none.
+        time_periods: the periods (in steps) of those features when they are
+            `CalendarTerms`' sin and cos terms: T is then 2 x len(time_periods), and
+            the model records the periods (layer "calendar").
         series_ids: the ids of the series known to the embedding (input `series`,
             (batch,) strings; a `StringLookup` inside the model maps an id not seen
             in training to a row of its own); None: no series input.
@@ -223,6 +264,14 @@ def build_forecaster(
         )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"Argument `dropout` must be in [0, 1), received {dropout!r}.")
+    if time_periods is not None:
+        if time_features not in (0, 2 * len(time_periods)):
+            raise ValueError(
+                f"Argument `time_features` must be 2 x len(time_periods) (sin and cos "
+                f"of each period), received time_features={time_features} and "
+                f"time_periods={tuple(time_periods)}."
+            )
+        time_features = 2 * len(time_periods)
     if past_covariates and (covariate_mean is None or covariate_variance is None):
         raise ValueError(
             "Arguments `covariate_mean` and `covariate_variance` (the training span's "
@@ -265,6 +314,9 @@ def build_forecaster(
         past_time = keras.Input((input_length, time_features), name="past_time")
         future_time = keras.Input((horizon, time_features), name="future_time")
         inputs.update(past_time=past_time, future_time=future_time)
+        if time_periods is not None:
+            calendar = CalendarTerms(time_periods, name="calendar")
+            past_time, future_time = calendar(past_time), calendar(future_time)
         steps.append(past_time)
     features = keras.layers.Concatenate(name="step_features")(steps)  # (b, L, F)
     width = features.shape[-1]

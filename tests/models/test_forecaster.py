@@ -79,9 +79,9 @@ def test_forecaster_trains_reloads_and_forecasts_sorted_quantiles(decoder, tmp_p
     keras.utils.set_random_seed(0)
     model = build_forecaster(
         input_length=48, horizon=12, quantiles=(0.1, 0.5, 0.9), past_covariates=2,
-        covariate_mean=[0.0, 0.0], covariate_variance=[1.0, 1.0], time_features=4,
-        series_ids=["a", "b", "c"], embedding_dim=3, cell_type="lstm", units=8,
-        segment_length=12, decoder=decoder,
+        covariate_mean=[0.0, 0.0], covariate_variance=[1.0, 1.0],
+        time_periods=(24.0, 168.0), series_ids=["a", "b", "c"], embedding_dim=3,
+        cell_type="lstm", units=8, segment_length=12, decoder=decoder,
     )  # fmt: skip
     x = inputs()
     before = model.predict(x, verbose=0)
@@ -97,6 +97,8 @@ def test_forecaster_trains_reloads_and_forecasts_sorted_quantiles(decoder, tmp_p
     np.testing.assert_allclose(
         again.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-4
     )
+    # The saved model says how its calendar inputs were made.
+    assert again.get_layer("calendar").periods == (24.0, 168.0)
 
 
 def test_forecaster_scales_with_its_input():
@@ -121,6 +123,7 @@ def test_forecaster_scales_with_its_input():
         ({"architecture": "mlp"}, "must be one of"),
         ({"past_covariates": 2}, "covariate_mean"),
         ({"horizon": 0}, "positive integer"),
+        ({"time_features": 2, "time_periods": (24.0, 168.0)}, "2 x len\\(time_periods"),
     ],
 )
 def test_forecaster_refuses_bad_arguments(arguments, message):

@@ -207,6 +207,16 @@ def test_predict_writes_every_series_and_step_after_its_end(tmp_path):
                        "data.seasonality": 24, "data.test_windows": 1})  # fmt: skip
     with pytest.raises(ConfigError, match="forecasts data.horizon=6"):
         recipe.predict(model, [str(path)], shorter)
+    # The model keeps the calendar it trained on (a day and a week of hours), so a
+    # daily file, whose two periods (a week and a year of days) would fit the same
+    # inputs, is refused, not forecast with the wrong phases.
+    assert model.get_layer("calendar").periods == (24.0, 168.0)
+    days = pd.DataFrame(rows).assign(time=lambda f: f["time"].dt.floor("D"))
+    days = days.groupby(["id", "time"], as_index=False)["target"].mean()
+    daily = tmp_path / "daily.csv"
+    days.to_csv(daily, index=False)
+    with pytest.raises(DataError, match=r"periods \(24, 168\), and this file's times"):
+        recipe.predict(model, [str(daily)], config)
 
 
 def test_shipped_configs_load_and_default_toml_is_the_defaults():

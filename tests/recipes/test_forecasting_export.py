@@ -84,3 +84,18 @@ def test_a_saved_model_takes_the_ids_and_declares_no_file():
         np.asarray(model(inputs)),
         rtol=1e-6,
     )
+
+
+def test_the_calendar_periods_come_from_the_model_not_the_data():
+    """export.json's periods are the ones the model recorded at training: the run's
+    data file need not be there (nor be read) when it is exported."""
+    model = build_forecaster(
+        input_length=8, horizon=4, time_periods=(24.0, 168.0), units=4,
+        segment_length=4,
+    )  # fmt: skip
+    recipe = ForecastingRecipe()
+    config = config_lib.resolve(
+        recipe.Config, None, {"data.path": "/nowhere/panel.csv", "data.frequency": None}
+    )
+    plan = export_plan(model, config, "saved_model")
+    assert plan.notes["periods"] == [24.0, 168.0]
