@@ -70,12 +70,26 @@ class ForecastingDataConfig(DataConfig):
     validation_windows: int = field(
         1, help="Forecast origins in the validation span before it.", at_least=1
     )
+    test_steps: int | None = field(
+        None,
+        help="Length of the test span in steps (none: data.test_windows x "
+        "data.horizon). With data.stride=1 every origin whose forecast lies in it is "
+        "tested: the long-horizon literature's fixed spans (ETTh1: 2,880 hours) at "
+        "any horizon.",
+        at_least=1,
+    )
+    validation_steps: int | None = field(
+        None,
+        help="Length of the validation span in steps (none: "
+        "data.validation_windows x data.horizon).",
+        at_least=1,
+    )
     stride: int = field(
         0,
         help="Steps between the validation and the test origins (0: the horizon, "
         "windows that do not overlap; 1: every origin, the long-horizon "
-        "literature's protocol). The spans stay test_windows and "
-        "validation_windows horizons long.",
+        "literature's protocol). The spans keep their lengths (data.test_steps, "
+        "data.validation_steps).",
         at_least=0,
     )
     calendar: bool = field(
@@ -226,6 +240,13 @@ def check_values(config: ForecastingConfig) -> None:
             "model.architecture=linear reads the target alone; drop data.covariates "
             "or use model.architecture=recurrent"
         )
+    for name in ("test_steps", "validation_steps"):
+        steps = getattr(d, name)
+        if steps is not None and steps < d.horizon:
+            raise ConfigError(
+                f"data.{name}={steps} is shorter than data.horizon={d.horizon}, so "
+                f"no window fits in it; lengthen data.{name} or shorten the horizon"
+            )
     if d.test_path is not None and d.path is None:
         raise ConfigError(
             "data.test_path gives the test values of data.path's series; set "

@@ -58,6 +58,8 @@ class ForecastingRecipe(Recipe):
         "data.horizon",
         "data.test_windows",
         "data.validation_windows",
+        "data.test_steps",
+        "data.validation_steps",
         "data.test_path",
     )
 
@@ -258,17 +260,25 @@ def load(config: ForecastingConfig) -> ForecastingData:
     panel = panel_of(config, d.path)
     if d.steps:
         panel = panel.first_steps(d.steps)
-    test_steps = d.horizon * d.test_windows
+    test_steps = d.test_steps or d.horizon * d.test_windows
     if d.test_path is not None:
         panel, given = append_test(panel, d.test_path)
         if test_steps > given:
+            asked, fix = (
+                (f"data.test_steps={test_steps}", "data.test_steps")
+                if d.test_steps
+                else (
+                    f"data.horizon={d.horizon} x data.test_windows={d.test_windows} "
+                    f"= {test_steps}",
+                    "data.horizon or data.test_windows",
+                )
+            )
             raise DataError(
-                f"data.horizon={d.horizon} x data.test_windows={d.test_windows} = "
-                f"{test_steps} test steps, but {Path(d.test_path).name} holds {given} "
-                "per series; lower data.horizon or data.test_windows"
+                f"{asked} test steps, but {Path(d.test_path).name} holds {given} "
+                f"per series; lower {fix}"
             )
         test_steps = given
-    validation_steps = d.horizon * d.validation_windows
+    validation_steps = d.validation_steps or d.horizon * d.validation_windows
     lengths = np.array([len(v) for v in panel.values])
     needed = test_steps + validation_steps + 1
     short = lengths < needed

@@ -26,14 +26,14 @@ def smoke(**values):
     return config_lib.resolve(recipe.Config, SMOKE).with_values(values)
 
 
-def shipped_config_data(name: str, path: Path):
-    """The shipped config `configs/NAME` reading `path` (the shared data file), and
-    the data it loads."""
+def shipped_config_data(name: str, path: Path, **values):
+    """The shipped config `configs/NAME` reading `path` (the shared data file), with
+    `values` set, and the data it loads."""
     require(path)
     config = config_lib.resolve(
         recipe.Config,
         ROOT / "recipes" / "forecasting" / "configs" / name,
-        {"data.path": str(path)},
+        {"data.path": str(path), **values},
     )
     return config, recipe.load_data(config)
 
@@ -142,6 +142,10 @@ def test_weighted_quantile_loss_and_interval_ends():
         ),
         ({"model.quantiles": (0.5, 0.5)}, "repeats a level"),
         ({"data.test_path": "test.csv"}, "set data.path too"),
+        (
+            {"data.test_steps": 40},
+            "data.test_steps=40 is shorter than data.horizon=48, so no window fits",
+        ),
         ({"model.quantiles": (0.1, 0.5, 0.9)}, "lacks 0.025 or 0.975, the ends of"),
         (
             {"evaluation.benchmarks": ("naive", "arima")},
@@ -398,10 +402,14 @@ def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
     )
 
 
-def test_the_etth1_config_follows_the_long_horizon_literatures_protocol():
+@pytest.mark.parametrize("horizon", [96, 336])
+def test_the_etth1_config_follows_the_long_horizon_literatures_protocol(horizon):
     """12, 4 and 4 months of the first 20 (8,640, 2,880 and 2,880 hours), every
-    origin of the validation and test spans, inputs reaching back before a span."""
-    config, data = shipped_config_data("etth1.toml", M4 / "ETTh1.csv.gz")
+    origin of the validation and test spans, inputs reaching back before a span, at
+    the shipped horizon and at one that does not divide the spans."""
+    config, data = shipped_config_data(
+        "etth1.toml", M4 / "ETTh1.csv.gz", **{"data.horizon": horizon}
+    )
     grid, horizon = data.grid, config.data.horizon
     assert (grid.steps, grid.train_end, grid.steps - grid.test_steps) == (
         14_400,
