@@ -85,6 +85,9 @@ Optional hooks (defaults do nothing or refuse):
 - `backtest_folds(data, config)`: the per-fold datasets of a walk-forward backtest,
   needed only if the recipe supports `evaluation.folds > 0`. The runner trains a fresh
   model on each and reports per-fold and mean figures.
+- `ensemble(models, configs) -> (model, config)`: one model of several trained runs'
+  models (`rnnkit ensemble RUN...`, which writes it as a run of its own), and the
+  config that feeds and evaluates it; the default refuses.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
   infers the direction from the name (a loss is minimised, an accuracy maximised).
 - `callbacks(config, data)`: extra Keras callbacks for every fit of this recipe's
@@ -250,6 +253,18 @@ class Recipe:
         """The `rnnkit.export.ExportPlan` of `model` in `format` (optional hook);
         None: the recipe declares no export."""
         return None
+
+    def ensemble(
+        self, models: Sequence[keras.Model], configs: Sequence[RecipeConfig]
+    ) -> tuple[keras.Model, RecipeConfig]:
+        """One model made of the trained `models` of several runs (`rnnkit ensemble`),
+        and the config that feeds and evaluates it (optional hook); raises
+        ConfigError when the runs cannot be combined."""
+        raise ConfigError(
+            f"recipe {self.name!r} does not combine runs: its outputs are not "
+            "averaged; rnnkit ensemble takes runs of a recipe that defines it "
+            "(forecasting)"
+        )
 
     @property
     def backtests(self) -> bool:

@@ -319,9 +319,9 @@ def test_make_images_draws_every_picture(tmp_path_factory, tmp_path):
 # downloads, benchmarks. Their smoke-config runs, predictions and evaluations run in
 # the recipe tests; here every command line is checked as far as it can be without
 # training: `rnnkit run/tune` with --dry-run (recipe, config file, every --set key and
-# value, every option), `predict/evaluate/diagnose` parsed by the launcher with the
-# recipe's own predict options and config keys, and `python benchmarks/...` against
-# the script's --help.
+# value, every option), `predict/evaluate/diagnose/ensemble` parsed by the launcher
+# with the recipe's own predict options and config keys, and `python benchmarks/...`
+# against the script's --help.
 
 RECIPE_READMES = sorted((ROOT / "recipes").glob("*/README.md"))
 
@@ -384,7 +384,12 @@ def test_recipe_page_command_is_valid(recipe_name, command, tmp_path, monkeypatc
     placeholder = str(tmp_path)
     command_obj = cli.main.get_command(None, action)
     assert command_obj is not None, action
-    if action in ("predict", "evaluate") or (args and not args[0].startswith("-")):
+    if action == "ensemble":  # every RUN_DIR before the first option
+        first_option = next(
+            (i for i, a in enumerate(args) if a.startswith("-")), len(args)
+        )
+        args[:first_option] = [placeholder] * first_option
+    elif action in ("predict", "evaluate") or (args and not args[0].startswith("-")):
         args[0] = placeholder
     context = command_obj.make_context(action, list(args))
     if action == "predict":

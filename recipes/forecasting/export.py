@@ -92,7 +92,7 @@ def export_plan(
         return plan
     artefact_model, artefact_inputs = model, inputs
     if "series" in named:
-        ids = list(model.get_layer(LOOKUP_LAYER).get_vocabulary())[1:]
+        ids = _vocabulary(model)
         plan.files[SERIES_FILE] = "\n".join(ids) + "\n"
         plan.notes["series_file"] = SERIES_FILE
         artefact_model = index_model(model)
@@ -157,13 +157,51 @@ def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | Non
     return list(time_periods(frequency, config.data.seasonality))
 
 
+def _lookups(model: keras.Model) -> list:
+    """The series lookups of `model` and of the models inside it (an ensemble's
+    members)."""
+    import keras
+
+    found = []
+    for layer in model.layers:
+        if layer.name == LOOKUP_LAYER:
+            found.append(layer)
+        elif isinstance(layer, keras.Model):
+            found += _lookups(layer)
+    return found
+
+
+def _vocabulary(model: keras.Model) -> list[str]:
+    """The series ids of the model's lookups (one list: an ensemble's members all
+    read the ids of the same data)."""
+    from rnnkit.export import ExportError
+
+    vocabularies = {tuple(lookup.get_vocabulary()[1:]) for lookup in _lookups(model)}
+    if len(vocabularies) != 1:
+        raise ExportError(
+            "the model's series lookups list different ids, so no one series.txt "
+            "serves them; export the members one by one"
+        )
+    return list(vocabularies.pop())
+
+
 def index_model(model: keras.Model) -> keras.Model:
     """`model` with its `series` input the row its `StringLookup` would give (int32)
     instead of the id: the same layers and weights after the lookup (shared, not
-    copied), for runtimes without string tensors."""
+    copied), for runtimes without string tensors; an ensemble's members alike."""
     import keras
 
-    lookup = model.get_layer(LOOKUP_LAYER)
+    lookups = _lookups(model)
+
+    def replace(layer):
+        if any(layer is lookup for lookup in lookups):
+            return keras.layers.Identity(name="series_index")
+        if isinstance(layer, keras.Model) and any(
+            t.name == "series" for t in layer.inputs
+        ):
+            return index_model(layer)
+        return layer
+
     inputs = {
         tensor.name: keras.Input(
             batch_shape=tensor.shape,
@@ -175,7 +213,5 @@ def index_model(model: keras.Model) -> keras.Model:
     return keras.models.clone_model(
         model,
         input_tensors=inputs,
-        clone_function=lambda layer: (
-            keras.layers.Identity(name="series_index") if layer is lookup else layer
-        ),
+        clone_function=replace,
     )

@@ -179,6 +179,11 @@ class ForecastingRecipe(Recipe):
             lines += forecast_lines(model, path, config, header=not lines)
         return lines
 
+    def ensemble(self, models, configs):
+        from rnnkit_recipes.forecasting.ensemble import ensemble_model
+
+        return ensemble_model(models, configs)
+
     def export_plan(self, model: keras.Model, config: ForecastingConfig, format: str):
         from rnnkit_recipes.forecasting.export import export_plan
 
@@ -218,7 +223,7 @@ class ForecastingRecipe(Recipe):
 def _check_model_shape(model, config: ForecastingConfig) -> None:
     from rnnkit.errors import ConfigError
 
-    length = model.get_layer("scaler").input[0].shape[1]
+    (length,) = [t.shape[1] for t in model.inputs if t.name == "past_target"]
     horizon = model.output_shape[1]
     if (config.data.input_length, config.data.horizon) != (length, horizon):
         raise ConfigError(

@@ -33,6 +33,7 @@ from rnnkit.cli._common import unexpected_error
 COMMANDS = {
     "calibrate": "rnnkit.cli.calibrate:calibrate",
     "diagnose": "rnnkit.cli.diagnose:diagnose",
+    "ensemble": "rnnkit.cli.ensemble:ensemble",
     "evaluate": "rnnkit.cli.evaluate:evaluate",
     "export": "rnnkit.cli.export:export",
     "info": "rnnkit.cli.info:info",

@@ -163,6 +163,27 @@ class CalendarTerms(keras.layers.Layer):
         return {**super().get_config(), "periods": list(self.periods)}
 
 
+@keras.saving.register_keras_serializable(package="rnnkit")
+class LastSteps(keras.layers.Layer):
+    """The last `steps` steps (axis 1) of its input: a window cut to a shorter
+    model's input length (the members of an ensemble read windows of their own
+    lengths from one longest window)."""
+
+    def __init__(self, steps: int, **kwargs):
+        super().__init__(**kwargs)
+        _positive("steps", steps)
+        self.steps = int(steps)
+
+    def call(self, inputs):
+        return inputs[:, -self.steps :]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.steps, *input_shape[2:])
+
+    def get_config(self):
+        return {**super().get_config(), "steps": self.steps}
+
+
 def _positive(name: str, value) -> None:
     if not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(

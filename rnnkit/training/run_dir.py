@@ -223,16 +223,22 @@ def discard_unstarted(run_dir: Path, created: bool) -> bool:
     looks like a run; returns whether it did. A run that trained is kept."""
     if trained_anything(run_dir):
         return False
-    if created:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:  # a --run-dir the user made: left as empty as it was
-        for path in run_dir.iterdir():
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+    remove_run(run_dir, created)
     log.info("the run stopped before its first epoch: %s removed", run_dir)
     return True
+
+
+def remove_run(run_dir: Path, created: bool) -> None:
+    """Removes `run_dir` (when this process `created` it) or everything in it (a
+    --run-dir the user made is left as empty as it was)."""
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for path in run_dir.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def load_run(

@@ -1,0 +1,43 @@
+"""`rnnkit ensemble RUN_DIR RUN_DIR...`: trained runs of one recipe as one model (the
+mean of their forecasts), written and evaluated as a run
+(`rnnkit.training.ensemble`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rnnkit import registry
+from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
+
+
+@click.command()
+@click.argument(
+    "run_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+)
+@click.option(
+    "--run-dir",
+    "output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the ensemble's run (default: runs/RECIPE/<timestamp>).",
+)
+def ensemble(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+    """Combine the trained runs RUN_DIR... of one recipe into one model.
+
+    Forecasting runs: the ensemble forecasts the mean of the members' quantiles
+    (members may differ in model and input length; they must share the data, the
+    horizon and the quantiles). Nothing is retrained. The result is a run directory
+    like any other, evaluated on the members' test split: rnnkit evaluate, predict and
+    export take it.
+    """
+    load_frameworks()
+    from rnnkit.training.ensemble import combine
+
+    with user_errors():
+        run_dir, metrics = combine(list(run_dirs), registry.load, output)
+    click.echo(f"ensemble of {len(run_dirs)} runs written to {run_dir}")
+    print_metrics(metrics)

@@ -1,0 +1,99 @@
+"""`rnnkit ensemble RUN...`: several trained runs of one recipe as one model, written
+and evaluated as a run of its own.
+
+The recipe's `ensemble` hook makes the model (forecasting: the mean of the members'
+forecasts) and the config that feeds it; this module checks the runs, writes the run
+directory as `rnnkit run` would (config.toml first, model.keras, metrics.json, plots/,
+run.json last, each file under a temporary name until complete) and records the
+members in run.json. Nothing is trained: each member keeps the weights it was chosen
+with, so an ensemble is only as honest as the runs it is made of (their
+configurations chosen on validation, none on the test split).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rnnkit.errors import ConfigError
+from rnnkit.files import write_json
+from rnnkit.recipe import Recipe
+from rnnkit.training.run_dir import (
+    CLAIM_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    PLOT_DIR,
+    RUN_FILE,
+    load_model,
+    load_run,
+    open_run_dir,
+    remove_run,
+    save_model,
+)
+from rnnkit.training.runtime import versions
+
+log = logging.getLogger("rnnkit")
+
+
+def combine(
+    run_dirs: Sequence[str | Path],
+    load_recipe: Callable[[str], Recipe],
+    run_dir: str | Path | None = None,
+    *,
+    runs_root: str | Path = "runs",
+) -> tuple[Path, dict[str, Any]]:
+    """Writes the ensemble of the completed runs `run_dirs` to `run_dir` (default
+    `runs_root/<recipe>/<timestamp>`); returns its path and its metrics."""
+    import keras
+
+    started = time.time()
+    if len(run_dirs) < 2:
+        raise ConfigError(
+            f"rnnkit ensemble combines two runs or more, received {len(run_dirs)}; "
+            "give the run directories of the members"
+        )
+    if len({Path(d).resolve() for d in run_dirs}) < len(run_dirs):
+        raise ConfigError("a run is given twice; give each member once")
+    loaded = [load_run(d, load_recipe) for d in run_dirs]
+    names = {recipe.name for recipe, _, _ in loaded}
+    if len(names) > 1:
+        raise ConfigError(
+            f"the runs are of different recipes ({', '.join(sorted(names))}); an "
+            "ensemble combines runs of one recipe"
+        )
+    recipe = loaded[0][0]
+    model, config = recipe.ensemble(
+        [model for _, _, model in loaded], [config for _, config, _ in loaded]
+    )
+    created = not run_dir or not Path(run_dir).exists()
+    run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume=False)
+    try:
+        save_model(model, run_dir / MODEL_FILE)
+        model = load_model(run_dir / MODEL_FILE)  # evaluated as it will be read
+        keras.utils.set_random_seed(config.train.seed)
+        data = recipe.load_data(config)
+        metrics = {"test": recipe.evaluate(model, data, config)}
+        write_json(run_dir / METRICS_FILE, metrics)
+        recipe.write_plots(model, data, config, run_dir / PLOT_DIR)
+    except BaseException:  # nothing half-made stays: an ensemble has no --resume
+        remove_run(run_dir, created)
+        raise
+    (run_dir / CLAIM_FILE).unlink(missing_ok=True)
+    write_json(
+        run_dir / RUN_FILE,
+        {
+            "recipe": recipe.name,
+            "status": "completed",
+            "ensemble_of": [str(Path(d)) for d in run_dirs],
+            "seeds": [member.train.seed for _, member, _ in loaded],
+            "wall_seconds": round(time.time() - started, 3),
+            "versions": versions(),
+            "files": sorted(
+                str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
+            ),
+        },
+    )
+    return run_dir, metrics
