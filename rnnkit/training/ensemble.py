@@ -18,11 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError
-from rnnkit.files import write_json
+from rnnkit.files import write_json, write_text
 from rnnkit.recipe import Recipe
 from rnnkit.training.run_dir import (
     CLAIM_FILE,
+    CONFIG_FILE,
     METRICS_FILE,
     MODEL_FILE,
     PLOT_DIR,
@@ -71,6 +73,13 @@ def combine(
     created = not run_dir or not Path(run_dir).exists()
     run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume=False)
     try:
+        header = (
+            f"rnnkit recipe: {recipe.name}\n"
+            f"An ensemble of {len(run_dirs)} runs (run.json names them): this config "
+            "feeds and evaluates it.\nRemake it with: rnnkit ensemble "
+            + " ".join(str(d) for d in run_dirs)
+        )
+        write_text(run_dir / CONFIG_FILE, config_lib.to_toml(config, header))
         save_model(model, run_dir / MODEL_FILE)
         model = load_model(run_dir / MODEL_FILE)  # evaluated as it will be read
         keras.utils.set_random_seed(config.train.seed)
