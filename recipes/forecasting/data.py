@@ -168,6 +168,10 @@ def time_periods(frequency: str | None, seasonality: int) -> tuple[float, ...]:
     return (year / width,)
 
 
+# window_origins reads the grid's series in blocks of this many.
+_SERIES_PER_BLOCK = 4096
+
+
 def window_origins(
     grid: Grid,
     first: int,
@@ -210,9 +214,6 @@ def window_origins(
             np.stack([series + block, origins[index]], axis=1).astype(np.int32)
         )
     return np.concatenate(parts)
-
-
-_SERIES_PER_BLOCK = 4096
 
 
 def training_statistics(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -427,11 +427,16 @@ def test_forecasts(
 
 def trained_periods(model) -> list[float] | None:
     """The calendar periods (in steps) `model` was trained with, as its "calendar"
-    layer records them; None for a model saved before it recorded them."""
-    try:
-        return list(model.get_layer("calendar").periods)
-    except ValueError:
-        return None
+    layer (or an ensemble member's) records them; None for a model saved before it
+    recorded them."""
+    import keras
+
+    for layer in model.layers:
+        if layer.name == "calendar":
+            return list(layer.periods)
+        if isinstance(layer, keras.Model) and (found := trained_periods(layer)):
+            return found
+    return None
 
 
 def forecast_lines(

@@ -152,6 +152,8 @@ def test_rnnkit_ensemble_writes_a_run_like_any_other(
 
     # ONNX, in onnxruntime in a fresh process, equals the Keras ensemble.
     exported_run = exported(joined, "onnx", tmp_path)
+    # a day and a week of half-hours, as the members recorded them
+    assert exported_run.description["notes"]["periods"] == [48.0, 336.0]
     ids = (exported_run.output / "series.txt").read_text().splitlines()
     row = {series: line + 1 for line, series in enumerate(ids)}
     given = {k: np.asarray(v) for k, v in inputs.items() if k != "series"}
