@@ -12,15 +12,14 @@ set size (`resource.getrusage(...).ru_maxrss`) is the figure:
 - `load`: reading the file into the recipe's grid and the rows (series, origin) of
   every training, validation and test window;
 - `train`: loading, then `--steps` training steps of the M4 configuration
-  (`recipes/forecasting/configs/m4_hourly.toml`: 336 hours in, 48 out, GRU(64), batch
-  512, a new order of all the training windows each epoch) and a forecast of every
-  series' test window.
+  (`recipes/forecasting/configs/m4_hourly.toml`, a new order of all the training
+  windows each epoch) and a forecast of every series' test window.
 
 Beside the peak: the panel's values as float32 (what any in-memory reader holds) and
-the training windows as float32 if they were copied out one by one (336 + 48 values
-each), which is what the recipe does not do: `Windows` gathers each batch from the
-grid. Seconds are wall time of the phase (2 cores: the data writing of the parent
-is not counted).
+the training windows as float32 if they were copied out one by one (input and
+horizon steps each), which is what the recipe does not do: `Windows` gathers each
+batch from the grid. Seconds are wall time of the phase (the data writing of the
+parent is not counted).
 
     python benchmarks/forecasting_memory.py
     python benchmarks/forecasting_memory.py --sizes 1000,10000 --steps 50
@@ -75,7 +74,8 @@ def main() -> None:
                 print(format_row(size, phase, result), flush=True)
             path.unlink()
     print()
-    print(f"training steps: {args.steps} of batch 512; noise {args.noise}")
+    print(f"training steps: {args.steps} of the M4 configuration's batch")
+    print(f"noise {args.noise}")
     print(f"seed {args.seed}")
     print(f"floor (imports and the model, no data): {floor['peak_mib']:.0f} MiB")
     print(HEADER)
@@ -96,7 +96,7 @@ def format_row(size: int, phase: str, result: dict) -> str:
         f"| {size:,} | {phase} | {result['values']:,} | {result['windows']:,} | "
         f"{result['peak_mib']:,.0f} | {result['seconds']:.0f} | "
         f"{result['values'] * 4 / 2**20:,.0f} | "
-        f"{result['windows'] * (336 + 48) * 4 / 2**20:,.0f} |"
+        f"{result['windows'] * result['window_steps'] * 4 / 2**20:,.0f} |"
     )
 
 
@@ -160,11 +160,15 @@ def child(args) -> dict:
     )
     started = time.perf_counter()
     values = windows = 0
+    d = config.data
     if args.child == "floor":
         from rnnkit.models.forecaster import build_forecaster
 
         build_forecaster(
-            input_length=336, horizon=48, segment_length=24, time_features=2
+            input_length=d.input_length,
+            horizon=d.horizon,
+            segment_length=config.model.segment_length,
+            time_periods=(float(d.seasonality),),
         )
     else:
         import keras
@@ -181,7 +185,7 @@ def child(args) -> dict:
     if args.child != "floor":  # counted after the peak is read
         from rnnkit_recipes.forecasting.data import window_origins
 
-        grid, d = data.grid, config.data
+        grid = data.grid
         values = int(np.isfinite(grid.values).sum())
         windows = len(
             window_origins(
@@ -189,7 +193,13 @@ def child(args) -> dict:
                 min_observed=max(1, d.input_length // 2),
             )
         )  # fmt: skip
-    return {"peak_mib": peak, "seconds": seconds, "values": values, "windows": windows}
+    return {
+        "peak_mib": peak,
+        "seconds": seconds,
+        "values": values,
+        "windows": windows,
+        "window_steps": d.input_length + d.horizon,
+    }
 
 
 if __name__ == "__main__":

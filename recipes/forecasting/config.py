@@ -73,9 +73,9 @@ class ForecastingDataConfig(DataConfig):
     test_steps: int | None = field(
         None,
         help="Length of the test span in steps (none: data.test_windows x "
-        "data.horizon). With data.stride=1 every origin whose forecast lies in it is "
-        "tested: the long-horizon literature's fixed spans (ETTh1: 2,880 hours) at "
-        "any horizon.",
+        "data.horizon; with data.test_path, that file's length). With data.stride=1 "
+        "every origin whose forecast lies in it is tested: the long-horizon "
+        "literature's fixed spans, at any horizon.",
         at_least=1,
     )
     validation_steps: int | None = field(
@@ -247,6 +247,11 @@ def check_values(config: ForecastingConfig) -> None:
                 f"data.{name}={steps} is shorter than data.horizon={d.horizon}, so "
                 f"no window fits in it; lengthen data.{name} or shorten the horizon"
             )
+    if d.test_path is not None and d.test_steps is not None:
+        raise ConfigError(
+            f"data.test_steps={d.test_steps} sets the test span's length, which "
+            "data.test_path's file sets already; drop data.test_steps"
+        )
     if d.test_path is not None and d.path is None:
         raise ConfigError(
             "data.test_path gives the test values of data.path's series; set "

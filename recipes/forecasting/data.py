@@ -186,7 +186,7 @@ def window_origins(
     holds at least one observed value, and whose input holds `min_observed`."""
     origins = np.arange(first, last + 1, stride)
     origins = origins[origins + horizon <= grid.steps]
-    if origins.size == 0:
+    if origins.size == 0 or len(grid.values) == 0:
         return np.zeros((0, 2), dtype=np.int32)
     if max(len(grid.values), grid.steps + input_length + horizon) >= 2**31:
         raise DataError(
@@ -393,10 +393,11 @@ class Windows:
         order = tf.data.Dataset.range(count).batch(batch_size)
         if seed is not None:
             last = tf.constant(count - 1, tf.int64)
+            batches = order
 
             def permuted(key):
                 seeds = tf.stack([key, tf.constant(seed, tf.int64)])
-                return order.map(
+                return batches.map(
                     lambda index: tf.random.experimental.index_shuffle(
                         index, seeds, last
                     )

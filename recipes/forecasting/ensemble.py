@@ -19,10 +19,9 @@ if TYPE_CHECKING:
     import keras
     from rnnkit_recipes.forecasting.config import ForecastingConfig
 
-# What every member must share: the data it reads and how its spans are cut.
-SHARED_KEYS = (
+# What every member must share beyond the recipe's split keys: the data it reads.
+DATA_KEYS = (
     "data.path",
-    "data.test_path",
     "data.layout",
     "data.columns",
     "data.steps",
@@ -31,12 +30,7 @@ SHARED_KEYS = (
     "data.target_column",
     "data.covariates",
     "data.frequency",
-    "data.horizon",
     "data.seasonality",
-    "data.test_windows",
-    "data.validation_windows",
-    "data.test_steps",
-    "data.validation_steps",
     "data.stride",
 )
 # Inputs that hold the window's past steps (axis 1): cut to each member's length.
@@ -50,11 +44,12 @@ def ensemble_model(
     the first member's, with the longest input length and the inputs every member
     reads (calendar terms and the series id when any member reads them)."""
     import keras
+    from rnnkit_recipes.forecasting.recipe import ForecastingRecipe
 
     from rnnkit.models.forecaster import LastSteps
 
     first = configs[0]
-    for key in (*SHARED_KEYS, "model.quantiles"):
+    for key in (*ForecastingRecipe.split_keys, *DATA_KEYS, "model.quantiles"):
         values = [_comparable(config.get(key)) for config in configs]
         if len(set(values)) > 1:
             raise ConfigError(
@@ -71,7 +66,10 @@ def ensemble_model(
                 c.data.calendar and r for c, r in zip(configs, recurrent, strict=True)
             ),
             "model.architecture": "recurrent" if any(recurrent) else "linear",
-            "model.embedding_dim": max(c.model.embedding_dim for c in configs),
+            "model.embedding_dim": max(
+                c.model.embedding_dim if r else 0
+                for c, r in zip(configs, recurrent, strict=True)
+            ),
             "model.segment_length": 1,  # the members have their own
         }
     )

@@ -157,26 +157,16 @@ def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | Non
     return list(time_periods(frequency, config.data.seasonality))
 
 
-def _lookups(model: keras.Model) -> list:
-    """The series lookups of `model` and of the models inside it (an ensemble's
-    members)."""
-    import keras
-
-    found = []
-    for layer in model.layers:
-        if layer.name == LOOKUP_LAYER:
-            found.append(layer)
-        elif isinstance(layer, keras.Model):
-            found += _lookups(layer)
-    return found
-
-
 def _vocabulary(model: keras.Model) -> list[str]:
     """The series ids of the model's lookups (one list: an ensemble's members all
     read the ids of the same data)."""
     from rnnkit.export import ExportError
+    from rnnkit.models.forecaster import layers_named
 
-    vocabularies = {tuple(lookup.get_vocabulary()[1:]) for lookup in _lookups(model)}
+    vocabularies = {
+        tuple(lookup.get_vocabulary()[1:])
+        for lookup in layers_named(model, LOOKUP_LAYER)
+    }
     if len(vocabularies) != 1:
         raise ExportError(
             "the model's series lookups list different ids, so no one series.txt "
@@ -191,7 +181,9 @@ def index_model(model: keras.Model) -> keras.Model:
     copied), for runtimes without string tensors; an ensemble's members alike."""
     import keras
 
-    lookups = _lookups(model)
+    from rnnkit.models.forecaster import layers_named
+
+    lookups = layers_named(model, LOOKUP_LAYER)
 
     def replace(layer):
         if any(layer is lookup for lookup in lookups):

@@ -269,18 +269,10 @@ def load(config: ForecastingConfig) -> ForecastingData:
     if d.test_path is not None:
         panel, given = append_test(panel, d.test_path)
         if test_steps > given:
-            asked, fix = (
-                (f"data.test_steps={test_steps}", "data.test_steps")
-                if d.test_steps
-                else (
-                    f"data.horizon={d.horizon} x data.test_windows={d.test_windows} "
-                    f"= {test_steps}",
-                    "data.horizon or data.test_windows",
-                )
-            )
             raise DataError(
-                f"{asked} test steps, but {Path(d.test_path).name} holds {given} "
-                f"per series; lower {fix}"
+                f"data.horizon={d.horizon} x data.test_windows={d.test_windows} = "
+                f"{test_steps} test steps, but {Path(d.test_path).name} holds {given} "
+                "per series; lower data.horizon or data.test_windows"
             )
         test_steps = given
     validation_steps = d.validation_steps or d.horizon * d.validation_windows
@@ -426,17 +418,13 @@ def test_forecasts(
 
 
 def trained_periods(model) -> list[float] | None:
-    """The calendar periods (in steps) `model` was trained with, as its "calendar"
+    """The calendar periods (in steps) `model` was trained with, as its calendar
     layer (or an ensemble member's) records them; None for a model saved before it
     recorded them."""
-    import keras
+    from rnnkit.models.forecaster import CALENDAR_LAYER, layers_named
 
-    for layer in model.layers:
-        if layer.name == "calendar":
-            return list(layer.periods)
-        if isinstance(layer, keras.Model) and (found := trained_periods(layer)):
-            return found
-    return None
+    found = layers_named(model, CALENDAR_LAYER)
+    return list(found[0].periods) if found else None
 
 
 def forecast_lines(

@@ -34,7 +34,7 @@ def read_m4(path: str | Path) -> dict[str, np.ndarray]:
 
 def _wide_rows(frame, path: Path) -> dict[str, np.ndarray]:
     """{id: values} of a wide frame (index the ids), each row without its empty
-    tail; checked for the whole frame at once (a panel may hold 100,000 rows)."""
+    tail; checked for the whole frame at once (a panel may hold very many rows)."""
     import pandas as pd
 
     duplicated = frame.index.duplicated()
@@ -44,7 +44,7 @@ def _wide_rows(frame, path: Path) -> dict[str, np.ndarray]:
             "than one row; give each series one row"
         )
     if all(pd.api.types.is_numeric_dtype(dtype) for dtype in frame.dtypes):
-        numeric = frame.to_numpy(np.float64)  # no text to find, and no copy made
+        numeric = frame.to_numpy(np.float64)  # numbers only: no text to find
         missing = np.isnan(numeric)
         text = np.zeros((0, 0), dtype=bool)
     else:

@@ -38,6 +38,7 @@ from keras import ops
 from rnnkit.models._recurrent import recurrent_layer_class
 
 SCALINGS = ("standard", "mean_abs", "none")
+CALENDAR_LAYER = "calendar"
 DECODERS = ("direct", "recurrent")
 ARCHITECTURES = ("recurrent", "linear")
 
@@ -134,7 +135,7 @@ class CalendarTerms(keras.layers.Layer):
     steps), sin and cos of 2 pi (t mod p) / p at each step t. The model cannot make
     them itself from a window, so whoever feeds it (the recipe's `predict`, an
     exported model's caller) must know the periods: this layer records them in the
-    saved model (`model.get_layer("calendar").periods`), where the data that trained
+    saved model (`layers_named(model, CALENDAR_LAYER)`), where the data that trained
     it need not be at hand.
 
     Args:
@@ -182,6 +183,18 @@ class LastSteps(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "steps": self.steps}
+
+
+def layers_named(model: keras.Model, name: str) -> list[keras.layers.Layer]:
+    """The layers called `name` in `model` and in the models inside it (an
+    ensemble's members), in order."""
+    found = []
+    for layer in model.layers:
+        if layer.name == name:
+            found.append(layer)
+        elif isinstance(layer, keras.Model):
+            found += layers_named(layer, name)
+    return found
 
 
 def _positive(name: str, value) -> None:
@@ -336,7 +349,7 @@ def build_forecaster(
         future_time = keras.Input((horizon, time_features), name="future_time")
         inputs.update(past_time=past_time, future_time=future_time)
         if time_periods is not None:
-            calendar = CalendarTerms(time_periods, name="calendar")
+            calendar = CalendarTerms(time_periods, name=CALENDAR_LAYER)
             past_time, future_time = calendar(past_time), calendar(future_time)
         steps.append(past_time)
     features = keras.layers.Concatenate(name="step_features")(steps)  # (b, L, F)

@@ -18,13 +18,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rnnkit import config as config_lib
 from rnnkit.errors import ConfigError
-from rnnkit.files import write_json, write_text
+from rnnkit.files import write_json
 from rnnkit.recipe import Recipe
 from rnnkit.training.run_dir import (
     CLAIM_FILE,
-    CONFIG_FILE,
     METRICS_FILE,
     MODEL_FILE,
     PLOT_DIR,
@@ -71,15 +69,16 @@ def combine(
         [model for _, _, model in loaded], [config for _, config, _ in loaded]
     )
     created = not run_dir or not Path(run_dir).exists()
-    run_dir = open_run_dir(recipe.name, config, run_dir, runs_root, resume=False)
+    header = (
+        f"rnnkit recipe: {recipe.name}\n"
+        f"An ensemble of {len(run_dirs)} runs (run.json names them): this config "
+        "feeds and evaluates it.\nRemake it with: rnnkit ensemble "
+        + " ".join(str(d) for d in run_dirs)
+    )
+    run_dir = open_run_dir(
+        recipe.name, config, run_dir, runs_root, resume=False, header=header
+    )
     try:
-        header = (
-            f"rnnkit recipe: {recipe.name}\n"
-            f"An ensemble of {len(run_dirs)} runs (run.json names them): this config "
-            "feeds and evaluates it.\nRemake it with: rnnkit ensemble "
-            + " ".join(str(d) for d in run_dirs)
-        )
-        write_text(run_dir / CONFIG_FILE, config_lib.to_toml(config, header))
         save_model(model, run_dir / MODEL_FILE)
         model = load_model(run_dir / MODEL_FILE)  # evaluated as it will be read
         keras.utils.set_random_seed(config.train.seed)
@@ -87,22 +86,24 @@ def combine(
         metrics = {"test": recipe.evaluate(model, data, config)}
         write_json(run_dir / METRICS_FILE, metrics)
         recipe.write_plots(model, data, config, run_dir / PLOT_DIR)
+        (run_dir / CLAIM_FILE).unlink(missing_ok=True)
+        write_json(
+            run_dir / RUN_FILE,
+            {
+                "recipe": recipe.name,
+                "status": "completed",
+                "ensemble_of": [str(Path(d)) for d in run_dirs],
+                "seeds": [member.train.seed for _, member, _ in loaded],
+                "wall_seconds": round(time.time() - started, 3),
+                "versions": versions(),
+                "files": sorted(
+                    str(p.relative_to(run_dir))
+                    for p in run_dir.rglob("*")
+                    if p.is_file()
+                ),
+            },
+        )
     except BaseException:  # nothing half-made stays: an ensemble has no --resume
         remove_run(run_dir, created)
         raise
-    (run_dir / CLAIM_FILE).unlink(missing_ok=True)
-    write_json(
-        run_dir / RUN_FILE,
-        {
-            "recipe": recipe.name,
-            "status": "completed",
-            "ensemble_of": [str(Path(d)) for d in run_dirs],
-            "seeds": [member.train.seed for _, member, _ in loaded],
-            "wall_seconds": round(time.time() - started, 3),
-            "versions": versions(),
-            "files": sorted(
-                str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()
-            ),
-        },
-    )
     return run_dir, metrics

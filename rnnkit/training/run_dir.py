@@ -167,11 +167,13 @@ def open_run_dir(
     run_dir: str | Path | None,
     runs_root: str | Path,
     resume: bool,
+    header: str | None = None,
 ) -> Path:
     """Makes the run directory and writes its config.toml; returns its path.
 
     `run_dir`, or a new one under `runs_root`; it must be empty unless `resume`
-    continues the interrupted run in it.
+    continues the interrupted run in it. `header`: config.toml's comment (default
+    `config_header`; it must begin with the recipe line `recipe_of` reads).
     """
     if not run_dir:
         run_dir = claim_new_run_dir(Path(runs_root), recipe_name)
@@ -203,7 +205,8 @@ def open_run_dir(
         if not resume:
             _claim(run_dir)
     write_text(
-        run_dir / CONFIG_FILE, config_lib.to_toml(config, config_header(recipe_name))
+        run_dir / CONFIG_FILE,
+        config_lib.to_toml(config, header or config_header(recipe_name)),
     )
     log.info("run directory: %s", run_dir)
     return run_dir

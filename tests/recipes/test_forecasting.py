@@ -146,6 +146,10 @@ def test_weighted_quantile_loss_and_interval_ends():
             {"data.test_steps": 40},
             "data.test_steps=40 is shorter than data.horizon=48, so no window fits",
         ),
+        (
+            {"data.path": "a.csv", "data.test_path": "b.csv", "data.test_steps": 48},
+            "data.test_path's file sets already; drop data.test_steps",
+        ),
         ({"model.quantiles": (0.1, 0.5, 0.9)}, "lacks 0.025 or 0.975, the ends of"),
         (
             {"evaluation.benchmarks": ("naive", "arima")},
@@ -221,6 +225,25 @@ def test_predict_writes_every_series_and_step_after_its_end(tmp_path):
     days.to_csv(daily, index=False)
     with pytest.raises(DataError, match=r"periods \(24, 168\), and this file's times"):
         recipe.predict(model, [str(daily)], config)
+
+
+def test_a_model_saved_before_it_kept_its_periods_is_checked_by_their_count(tmp_path):
+    """A model without a calendar layer (saved before the periods were kept) takes a
+    file whose times give as many periods as it reads, and refuses one that gives
+    fewer: a wide file (no times) gives the season alone."""
+    from rnnkit.models.forecaster import build_forecaster
+
+    config = smoke(**{"data.horizon": 6, "data.seasonality": 24})
+    model = build_forecaster(
+        input_length=96, horizon=6, quantiles=sorted(config.model.quantiles),
+        time_features=4, units=4, segment_length=24,
+    )  # fmt: skip
+    wide = tmp_path / "wide.csv"
+    header = ",".join(f'"V{i + 1}"' for i in range(121))
+    values = ",".join(str(10 + i % 24) for i in range(120))
+    wide.write_text(f'{header}\n"H1",{values}\n')
+    with pytest.raises(DataError, match=r"calendar terms of 2 period\(s\), and this "):
+        recipe.predict(model, [str(wide)], config)
 
 
 def test_shipped_configs_load_and_default_toml_is_the_defaults():

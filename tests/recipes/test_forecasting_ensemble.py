@@ -57,14 +57,10 @@ def test_the_ensemble_is_the_mean_of_its_members_on_their_own_windows(tmp_path):
     )
     configs = [
         config_of(**{"data.input_length": 16, "model.embedding_dim": 2}),
-        config_of(
-            **{
-                "data.input_length": 8,
-                "model.architecture": "linear",
-                "model.embedding_dim": 0,
-            }
-        ),
+        # a linear model reads no series id, whatever its embedding_dim says
+        config_of(**{"data.input_length": 8, "model.architecture": "linear"}),
     ]
+    assert configs[1].model.embedding_dim > 2
     model, config = ensemble_model([recurrent, linear], configs)
     assert config.data.input_length == 16 and config.model.embedding_dim == 2
     assert {t.name for t in model.inputs} == set(window(16))
@@ -177,11 +173,20 @@ def test_runs_that_cannot_be_combined_are_one_line_errors(tmp_path_factory, tmp_
     stock = smoke_run(tmp_path_factory, "stock").run_dir
     forecasting = smoke_run(tmp_path_factory, "forecasting").run_dir
     other_stock = shutil.copytree(stock, tmp_path / "stock-copy")
+    # Two runs whose data file is gone: refused once the ensemble's folder is made.
+    moved = []
+    for name in ("moved-a", "moved-b"):
+        copy = shutil.copytree(forecasting, tmp_path / name)
+        config = copy / "config.toml"
+        text = config.read_text()
+        config.write_text(text.replace("[data]\n", '[data]\npath = "gone.csv"\n', 1))
+        moved.append(copy)
     cases = [
         ([forecasting], "combines two runs or more, received 1"),
         ([forecasting, forecasting], "a run is given twice"),
         ([stock, forecasting], "different recipes \\(forecasting, stock\\)"),
         ([stock, other_stock], "recipe 'stock' does not combine runs"),
+        (moved, "no data file at .*gone.csv"),
     ]
     for runs, message in cases:
         result = invoke("ensemble", *map(str, runs), "--run-dir", str(tmp_path / "e"))
