@@ -37,8 +37,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,19 +146,15 @@ def write_folder(data: Path, folder: Path, size: int, args) -> Path:
 
 
 def run_child(args, phase: str, folder: Path, cache: Path) -> dict:
-    command = [
-        sys.executable, str(Path(__file__).resolve()), "--child", phase,
+    from timing import run_phase
+
+    options = [
         "--folder", str(folder), "--cache", str(cache), "--data", args.data,
         "--alpha", str(args.alpha), "--image-size", str(args.image_size),
         "--batch-size", str(args.batch_size),
         *(["--trainable"] if args.trainable else []),
     ]  # fmt: skip
-    completed = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    if completed.returncode != 0:
-        raise SystemExit(f"{phase} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    return run_phase(__file__, phase, options, ROOT)
 
 
 def child(args) -> dict:

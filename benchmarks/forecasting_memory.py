@@ -31,8 +31,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,16 +128,17 @@ def _schema(columns):
 
 
 def run_child(args, phase: str, path: Path) -> dict:
-    command = [
-        sys.executable, str(Path(__file__).resolve()), "--child", phase,
-        "--file", str(path), "--steps", str(args.steps), "--seed", str(args.seed),
-    ]  # fmt: skip
-    completed = subprocess.run(
-        command, capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    if completed.returncode != 0:
-        raise SystemExit(f"{phase} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    from timing import run_phase
+
+    options = [
+        "--file",
+        str(path),
+        "--steps",
+        str(args.steps),
+        "--seed",
+        str(args.seed),
+    ]
+    return run_phase(__file__, phase, options, ROOT)
 
 
 def child(args) -> dict:

@@ -109,3 +109,18 @@ def hardware() -> str:
         f"{cpu_model()}, {os.cpu_count()} cores, {devices}, "
         f"Keras {keras.__version__} ({keras.backend.backend()})"
     )
+
+
+def run_phase(script: str, phase: str, options: list[str], cwd: Path) -> dict:
+    """Runs `script --child PHASE OPTIONS...` in a fresh interpreter (a memory
+    benchmark's phase, whose peak RSS is its own) and returns the JSON object of its
+    last output line; stops the benchmark with the phase's error output if it fails."""
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, str(Path(script).resolve()), "--child", phase, *options],
+        capture_output=True, text=True, cwd=cwd, check=False,
+    )  # fmt: skip
+    if completed.returncode != 0:
+        raise SystemExit(f"{phase} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
