@@ -1,5 +1,6 @@
 """Losses for sequence outputs: sparse cross-entropy with label smoothing and padding,
-and the quantile (pinball) loss of probabilistic forecasts.
+and the quantile (pinball) loss and the negative log-likelihood of probabilistic
+forecasts.
 
 `keras.losses.SparseCategoricalCrossentropy` takes integer targets and skips a padding
 class (`ignore_class`) but has no label smoothing; `CategoricalCrossentropy` smooths but
@@ -26,6 +27,8 @@ computes exactly what `SparseCategoricalCrossentropy(ignore_class=...)` computes
 """
 
 from __future__ import annotations
+
+import math
 
 import keras
 from keras import ops
@@ -165,3 +168,117 @@ class QuantileLoss(keras.losses.Loss):
         config = super().get_config()
         config.update(quantiles=list(self.quantiles))
         return config
+
+
+PARAMETERS = {
+    "gaussian": ("mean", "deviation"),
+    "student_t": ("location", "scale", "degrees_of_freedom"),
+    "negative_binomial": ("mean", "dispersion"),
+}
+
+
+def lgamma(x):
+    """The log of the gamma function, elementwise (each backend's own)."""
+    backend = keras.config.backend()
+    x = ops.convert_to_tensor(x)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.math.lgamma(x)
+    if backend == "jax":
+        import jax.scipy.special
+
+        return jax.scipy.special.gammaln(x)
+    import torch
+
+    return torch.lgamma(x)
+
+
+def negative_log_likelihood(values, parameters, likelihood: str):
+    """-log p(values), elementwise, of each value (...) under the distribution of
+    its `parameters` (..., P), as `distribution_parameters` gives them."""
+    _check_parameters(likelihood)
+    y = ops.cast(values, "float32")
+    p = ops.cast(parameters, "float32")
+    if likelihood == "gaussian":
+        mean, deviation = p[..., 0], p[..., 1]
+        z = (y - mean) / deviation
+        return 0.5 * math.log(2 * math.pi) + ops.log(deviation) + 0.5 * ops.square(z)
+    if likelihood == "student_t":
+        centre, spread, nu = p[..., 0], p[..., 1], p[..., 2]
+        z = (y - centre) / spread
+        log_density = (
+            lgamma((nu + 1.0) / 2.0)
+            - lgamma(nu / 2.0)
+            - 0.5 * ops.log(nu * math.pi)
+            - ops.log(spread)
+            - (nu + 1.0) / 2.0 * ops.log1p(ops.square(z) / nu)
+        )
+        return -log_density
+    mean, alpha = p[..., 0], p[..., 1]
+    r = 1.0 / alpha
+    log_total = ops.log(r + mean)
+    log_density = (
+        lgamma(y + r)
+        - lgamma(y + 1.0)
+        - lgamma(r)
+        + r * (ops.log(r) - log_total)
+        + y * (ops.log(mean) - log_total)
+    )
+    return -log_density
+
+
+def _check_parameters(likelihood: str) -> None:
+    if likelihood not in PARAMETERS:
+        raise ValueError(
+            f"Argument `likelihood` must be one of {tuple(PARAMETERS)}, received "
+            f"{likelihood!r}."
+        )
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class NegativeLogLikelihood(keras.losses.Loss):
+    """The negative log-likelihood of targets under forecast distributions.
+
+    Targets are (batch, ...) and predictions (batch, ..., P): the parameters of each
+    target's distribution in the order of `PARAMETERS[likelihood]` (Gaussian: mean,
+    deviation; Student's t: location, scale, degrees of freedom; negative binomial:
+    mean and dispersion alpha, the variance being mean + alpha mean^2). The loss per
+    target is -log p(target), so a `sample_weight` of the targets' shape (0 at a
+    missing value) weights each target.
+
+        >>> import numpy as np
+        >>> loss = NegativeLogLikelihood("gaussian")
+        >>> y = np.array([[0.0]], "float32")
+        >>> params = np.array([[[0.0, 1.0]]], "float32")  # the standard normal
+        >>> round(float(loss(y, params)), 4)  # log(2 pi) / 2
+        0.9189
+
+    Args:
+        likelihood: "gaussian", "student_t" or "negative_binomial".
+        reduction, name, dtype: as for every `keras.losses.Loss`.
+    """
+
+    def __init__(
+        self,
+        likelihood: str = "gaussian",
+        reduction: str = "sum_over_batch_size",
+        name: str = "negative_log_likelihood",
+        dtype=None,
+    ):
+        _check_parameters(likelihood)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.likelihood = likelihood
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.convert_to_tensor(y_pred)
+        count = len(PARAMETERS[self.likelihood])
+        if y_pred.shape[-1] != count:
+            raise ValueError(
+                f"NegativeLogLikelihood: predictions hold {y_pred.shape[-1]} values "
+                f"per target for the {count} parameters of {self.likelihood}."
+            )
+        return negative_log_likelihood(y_true, y_pred, self.likelihood)
+
+    def get_config(self):
+        return {**super().get_config(), "likelihood": self.likelihood}

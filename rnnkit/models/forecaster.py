@@ -16,7 +16,14 @@ MQ-RNN and the M4 winner's ES-RNN are). Per window:
     decoder "recurrent": a second recurrent layer over the horizon, started from the
         encoder's state, reading each future step's time features and the series
         embedding, one (quantiles) output per step (the MQ-RNN decoder, Wen et al. 2017)
+    decoder "autoregressive": a recurrent layer that also reads the previous step's
+        value: the true one in training (teacher forcing), its own median or sampled
+        draw when forecasting (DeepAR, `rnnkit.models.likelihoods`)
         -> QuantileOutput: back to the series' scale, quantiles sorted
+
+With a parametric `likelihood` the outputs are each step's distribution parameters
+(trained by their negative log-likelihood) and the forecast's quantiles are those of
+sampled paths (`rnnkit.models.likelihoods`).
 
 `architecture="linear"` replaces all of it by one linear map from the scaled window to
 every step's quantiles: the function class of DLinear and NLinear (Zeng et al. 2023),
@@ -35,11 +42,18 @@ import keras
 import numpy as np
 from keras import ops
 
+from rnnkit.losses import PARAMETERS
 from rnnkit.models._recurrent import recurrent_layer_class
+from rnnkit.models.likelihoods import (
+    LIKELIHOODS,
+    AutoregressiveDecoder,
+    OutputHeads,
+    QuantileOutput,  # noqa: F401 - importable from here, where it was first
+)
 
 SCALINGS = ("standard", "mean_abs", "none")
 CALENDAR_LAYER = "calendar"
-DECODERS = ("direct", "recurrent")
+DECODERS = ("direct", "recurrent", "autoregressive")
 ARCHITECTURES = ("recurrent", "linear")
 
 
@@ -105,26 +119,6 @@ class WindowScaler(keras.layers.Layer):
         config = super().get_config()
         config.update(mode=self.mode, minimum_scale=self.minimum_scale)
         return config
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
-class QuantileOutput(keras.layers.Layer):
-    """Scaled forecasts back in the series' units, quantiles in increasing order.
-
-    Call it on `[forecast, location, scale]`: `forecast` (batch, horizon, quantiles)
-    in the scaled units of `WindowScaler`, `location` and `scale` (batch, 1). Returns
-    `forecast * scale + location`, sorted along the last axis, so that a lower
-    quantile never lies above a higher one.
-    """
-
-    def call(self, inputs):
-        forecast, location, scale = inputs
-        forecast = ops.cast(forecast, "float32")
-        unscaled = forecast * scale[:, :, None] + location[:, :, None]
-        return ops.sort(unscaled, axis=-1)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[0])
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -225,8 +219,11 @@ def build_forecaster(
     dropout: float = 0.0,
     scaling: str = "standard",
     architecture: str = "recurrent",
+    likelihood: str = "quantile",
+    samples: int = 100,
     seed: int | None = None,
-) -> keras.Model:
+    return_training_model: bool = False,
+) -> keras.Model | tuple[keras.Model, keras.Model]:
     """The forecaster as a functional `keras.Model` (not compiled).
 
     Args:
@@ -251,17 +248,32 @@ def build_forecaster(
         units: width of the segment projection and of every recurrent layer.
         num_layers: stacked recurrent layers of the encoder.
         segment_length: steps per segment; must divide `input_length`.
-        decoder: "direct" or "recurrent" (see the module docstring).
+        decoder: "direct", "recurrent" or "autoregressive" (see the module
+            docstring).
         hidden_units: width of the direct decoder's hidden layer (0: `2 * units`).
         dropout: dropout rate before the decoder's output layer.
         scaling: `WindowScaler` mode: "standard", "mean_abs" or "none".
         architecture: "recurrent" (the encoder and decoder above) or "linear" (one
             `Dense` from the scaled window to the quantiles; the other inputs and
             the recurrent arguments are not used).
-        seed: seed of the dropout layer.
+        likelihood: "quantile" (the pinball loss of `quantiles`), or "gaussian",
+            "student_t", "negative_binomial" (`rnnkit.models.likelihoods`): the
+            model then forecasts a distribution per step and its quantiles are
+            those of `samples` sampled paths.
+        samples: paths sampled per window (parametric likelihoods).
+        seed: seed of the dropout layer and of the sampled paths.
+        return_training_model: also return the model to train, when it differs
+            from the forecaster: with a parametric likelihood it outputs the
+            distributions' parameters (batch, H, P) for
+            `rnnkit.losses.NegativeLogLikelihood`; with the autoregressive decoder
+            it also reads the true future (inputs `future_target` and
+            `future_observed`, (batch, H)) as each step's previous value (teacher
+            forcing). It shares every weight with the forecaster.
 
     Returns:
-        A model mapping its named inputs to (batch, H, len(quantiles)) float32.
+        A model mapping its named inputs to (batch, H, len(quantiles)) float32;
+        with `return_training_model`, (training model, that model), the same model
+        twice when training needs no other.
 
     Example:
     >>> model = build_forecaster(input_length=48, horizon=24, segment_length=12)
@@ -296,6 +308,23 @@ def build_forecaster(
         raise ValueError(
             f"Argument `decoder` must be one of {DECODERS}, received {decoder!r}."
         )
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(
+            f"Argument `likelihood` must be one of {LIKELIHOODS}, received "
+            f"{likelihood!r}."
+        )
+    if likelihood == "negative_binomial" and scaling == "standard":
+        raise ValueError(
+            "Argument `scaling` must be 'mean_abs' or 'none' with the negative "
+            "binomial likelihood (its mean is the window's scale times a positive "
+            "number), received scaling='standard'."
+        )
+    if decoder == "autoregressive" and (architecture == "linear" or dropout):
+        raise ValueError(
+            "The autoregressive decoder takes architecture='recurrent' and no "
+            f"dropout, received architecture={architecture!r}, dropout={dropout!r}."
+        )
+    _positive("samples", samples)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"Argument `dropout` must be in [0, 1), received {dropout!r}.")
     if time_periods is not None:
@@ -318,15 +347,16 @@ def build_forecaster(
     scaled, location, scale = WindowScaler(scaling, name="scaler")(
         [past_target, past_observed]
     )
+    per_step_outputs = (
+        len(quantiles) if likelihood == "quantile" else len(PARAMETERS[likelihood])
+    )
+    heads = OutputHeads(inputs, location, scale, likelihood, quantiles, samples, seed)
     if architecture == "linear":
-        flat = keras.layers.Dense(horizon * len(quantiles), name="linear")(scaled)
-        forecast = keras.layers.Reshape(
-            (horizon, len(quantiles)), name="forecast_grid"
-        )(flat)
-        outputs = QuantileOutput(name="quantiles", dtype="float32")(
-            [forecast, location, scale]
+        flat = keras.layers.Dense(horizon * per_step_outputs, name="linear")(scaled)
+        raw = keras.layers.Reshape((horizon, per_step_outputs), name="forecast_grid")(
+            flat
         )
-        return keras.Model(inputs, outputs, name="linear_forecaster")
+        return heads.models(raw, "linear_forecaster", return_training_model)
     steps = [
         keras.layers.Reshape((input_length, 1), name="target_steps")(scaled),
         keras.layers.Reshape((input_length, 1), name="observed_steps")(past_observed),
@@ -387,6 +417,7 @@ def build_forecaster(
             )(lookup(series))
         )
 
+    name = f"{cell_type}_forecaster"
     if decoder == "direct":
         parts = [hidden, *static]
         if future_time is not None:
@@ -401,34 +432,45 @@ def build_forecaster(
         )(context)
         if dropout:
             context = keras.layers.Dropout(dropout, seed=seed, name="dropout")(context)
-        flat = keras.layers.Dense(horizon * len(quantiles), name="decoder_output")(
+        flat = keras.layers.Dense(horizon * per_step_outputs, name="decoder_output")(
             context
         )
-        forecast = keras.layers.Reshape(
-            (horizon, len(quantiles)), name="forecast_grid"
-        )(flat)
-    else:
-        per_step = []
-        if future_time is not None:
-            per_step.append(future_time)
-        for part in static:
-            per_step.append(keras.layers.RepeatVector(horizon)(part))
-        if not per_step:  # the step's position is all the decoder reads
-            per_step.append(
-                keras.layers.RepeatVector(horizon, name="decoder_steps")(hidden)
-            )
-        decoder_inputs = (
+        raw = keras.layers.Reshape((horizon, per_step_outputs), name="forecast_grid")(
+            flat
+        )
+        return heads.models(raw, name, return_training_model)
+    per_step = [] if future_time is None else [future_time]
+    for part in static:
+        per_step.append(keras.layers.RepeatVector(horizon)(part))
+    if decoder == "autoregressive":
+        step_features = (
             keras.layers.Concatenate(name="decoder_inputs")(per_step)
             if len(per_step) > 1
-            else per_step[0]
+            else (per_step[0] if per_step else None)
         )
-        decoded = recurrent(units, return_sequences=True, name=f"decoder_{cell_type}")(
-            decoder_inputs, initial_state=states
+        last = keras.layers.Concatenate(name="last_step")(
+            [LastSteps(1)(past_target), LastSteps(1)(past_observed)]
         )
-        if dropout:
-            decoded = keras.layers.Dropout(dropout, seed=seed, name="dropout")(decoded)
-        forecast = keras.layers.Dense(len(quantiles), name="decoder_output")(decoded)
-    outputs = QuantileOutput(name="quantiles", dtype="float32")(
-        [forecast, location, scale]
+        return heads.autoregressive(
+            AutoregressiveDecoder(
+                cell_type, units, horizon, likelihood, quantiles, samples,
+                seed=seed or 0, name="decoder",
+            ),
+            last, states, step_features, name, return_training_model,
+        )  # fmt: skip
+    if not per_step:  # the step's position is all the decoder reads
+        per_step.append(
+            keras.layers.RepeatVector(horizon, name="decoder_steps")(hidden)
+        )
+    decoder_inputs = (
+        keras.layers.Concatenate(name="decoder_inputs")(per_step)
+        if len(per_step) > 1
+        else per_step[0]
     )
-    return keras.Model(inputs, outputs, name=f"{cell_type}_forecaster")
+    decoded = recurrent(units, return_sequences=True, name=f"decoder_{cell_type}")(
+        decoder_inputs, initial_state=states
+    )
+    if dropout:
+        decoded = keras.layers.Dropout(dropout, seed=seed, name="dropout")(decoded)
+    raw = keras.layers.Dense(per_step_outputs, name="decoder_output")(decoded)
+    return heads.models(raw, name, return_training_model)
