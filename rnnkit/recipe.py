@@ -85,6 +85,10 @@ Optional hooks (defaults do nothing or refuse):
 - `backtest_folds(data, config)`: the per-fold datasets of a walk-forward backtest,
   needed only if the recipe supports `evaluation.folds > 0`. The runner trains a fresh
   model on each and reports per-fold and mean figures.
+- `inference_model(model)`: the model that `model.keras` holds, evaluated and served,
+  when training fits another graph sharing its weights (a forecaster's teacher-forced
+  decoder, or a likelihood's parameters where the forecast is sampled quantiles);
+  default: the trained model itself.
 - `ensemble(models, configs) -> (model, config)`: one model of several trained runs'
   models (`rnnkit ensemble RUN...`, which writes it as a run of its own), and the
   config that feeds and evaluates it; the default refuses.
@@ -248,6 +252,12 @@ class Recipe:
     ) -> list[keras.callbacks.Callback]:
         """Extra Keras callbacks for every fit of this recipe (optional hook)."""
         return []
+
+    def inference_model(self, model: keras.Model) -> keras.Model:
+        """The model a trained `build_model` model is written, evaluated and served
+        as (optional hook): the model itself, or one sharing its weights when
+        training runs another graph (teacher forcing, a likelihood's parameters)."""
+        return model
 
     def export_plan(self, model: keras.Model, config: RecipeConfig, format: str) -> Any:
         """The `rnnkit.export.ExportPlan` of `model` in `format` (optional hook);

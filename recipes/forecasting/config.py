@@ -119,8 +119,23 @@ class ForecastingModelConfig(ModelConfig):
     decoder: str = field(
         "direct",
         help="direct: every step at once from the last state; recurrent: a "
-        "recurrent decoder over the horizon.",
-        choices=("direct", "recurrent"),
+        "recurrent decoder over the horizon; autoregressive: a recurrent decoder "
+        "that reads each step's previous value (the true one in training, its own "
+        "median or sampled draw when forecasting; DeepAR's).",
+        choices=("direct", "recurrent", "autoregressive"),
+    )
+    likelihood: str = field(
+        "quantile",
+        help="quantile: forecast model.quantiles, trained by the pinball loss; "
+        "gaussian, student_t, negative_binomial (counts): forecast each step's "
+        "distribution, trained by its negative log-likelihood, the quantiles those "
+        "of model.samples sampled paths.",
+        choices=("quantile", "gaussian", "student_t", "negative_binomial"),
+    )
+    samples: int = field(
+        200,
+        help="Paths sampled per forecast with a parametric model.likelihood.",
+        at_least=1,
     )
     hidden_units: int = field(
         0,
@@ -234,6 +249,29 @@ def check_values(config: ForecastingConfig) -> None:
         raise ConfigError(
             f"evaluation.benchmarks names {', '.join(map(repr, unknown))}, not a "
             f"benchmark; choose from {', '.join(BASELINES)}"
+        )
+    if m.likelihood == "negative_binomial" and m.scaling == "standard":
+        raise ConfigError(
+            "model.likelihood=negative_binomial scales each window by a pure scale "
+            "(its mean is that scale times a positive number); set "
+            "model.scaling=mean_abs"
+        )
+    if m.likelihood != "quantile" and m.weighting != "scale":
+        raise ConfigError(
+            f"model.weighting={m.weighting} weights the pinball loss; "
+            f"model.likelihood={m.likelihood} already scores each window in its own "
+            "units; drop model.weighting or set model.likelihood=quantile"
+        )
+    if m.decoder == "autoregressive" and m.architecture == "linear":
+        raise ConfigError(
+            "model.decoder=autoregressive is a recurrent decoder; set "
+            "model.architecture=recurrent or model.decoder=direct"
+        )
+    if m.decoder == "autoregressive" and m.dropout:
+        raise ConfigError(
+            f"model.dropout={m.dropout} drops inputs of the direct and recurrent "
+            "decoders' output layer, which the autoregressive decoder does not have; "
+            "set model.dropout=0"
         )
     if m.architecture == "linear" and d.covariates:
         raise ConfigError(

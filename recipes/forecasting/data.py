@@ -257,6 +257,10 @@ class Windows:
     model's `WindowScaler` computes it, so that the loss is in each window's own units
     and a series of large values does not outweigh the others (weighting "scale"; or
     over its mean absolute seasonal difference, or its series' training deviation).
+    With a parametric `likelihood` the weights are 1 where seen: the log-likelihood
+    of a value in the data's units is that of its scaled value less a constant (the
+    log of the scale), so each window already counts in its own units. `teacher`:
+    the datasets' inputs also hold the true future (`batch`).
     """
 
     def __init__(
@@ -269,8 +273,11 @@ class Windows:
         scaling: str,
         weighting: str = "scale",
         seasonality: int = 1,
+        likelihood: str = "quantile",
+        teacher: bool = False,
     ):
         count = grid.values.shape[0]
+        self.likelihood, self.teacher = likelihood, teacher
         self.input_length, self.horizon, self.periods = input_length, horizon, periods
         self.scaling, self.weighting, self.seasonality = scaling, weighting, seasonality
         # Padded so that every window's slice exists: L steps before the grid, H after.
@@ -314,8 +321,11 @@ class Windows:
             tensors["series_ids"] = tf.constant(self.series_ids)
         return tensors
 
-    def batch(self, rows):
-        """The (inputs, targets, weights) of integer rows (batch, 2), as tensors."""
+    def batch(self, rows, teacher: bool = False):
+        """The (inputs, targets, weights) of integer rows (batch, 2), as tensors;
+        `teacher`: the inputs also hold the true future (future_target, 0 where
+        missing, and future_observed), which an autoregressive decoder reads in
+        training."""
         import tensorflow as tf
 
         from rnnkit.models.forecaster import window_statistics
@@ -355,6 +365,11 @@ class Windows:
         future_values = take(values, future)
         seen = ~tf.math.is_nan(future_values)
         targets = tf.where(seen, future_values, 0.0)
+        if teacher:
+            inputs["future_target"] = targets
+            inputs["future_observed"] = tf.cast(seen, tf.float32)
+        if self.likelihood != "quantile":  # the likelihood of the scaled values
+            return inputs, targets, tf.cast(seen, tf.float32)
         if self.weighting == "seasonal_difference":
             scale = _seasonal_difference(past_target, observed, self.seasonality)
         elif self.weighting == "series":
@@ -374,10 +389,17 @@ class Windows:
             columns += [tf.sin(phase), tf.cos(phase)]
         return tf.cast(tf.stack(columns, axis=-1), tf.float32)
 
-    def dataset(self, rows: np.ndarray, batch_size: int, seed: int | None = None):
+    def dataset(
+        self,
+        rows: np.ndarray,
+        batch_size: int,
+        seed: int | None = None,
+        teacher: bool | None = None,
+    ):
         """A `tf.data.Dataset` of the batches of `rows`, in a new order each epoch
         (a permutation of all the rows, drawn from `seed`) when `seed` is given, in
-        the rows' order otherwise.
+        the rows' order otherwise; with the true future in the inputs when `teacher`
+        (None: as the windows were made, `Windows.teacher`).
 
         The rows are held once (int32, as `window_origins` makes them); a shuffled
         epoch reads them through `tf.random.experimental.index_shuffle`, a seeded
@@ -387,6 +409,7 @@ class Windows:
 
         if len(rows) == 0:
             raise DataError("no window to read: the series are too short")
+        teacher = self.teacher if teacher is None else teacher
         count = len(rows)
         with tf.init_scope():
             table = tf.constant(np.asarray(rows, np.int32))
@@ -412,7 +435,7 @@ class Windows:
                 .apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
             )
         return order.map(
-            lambda index: self.batch(tf.gather(table, index)),
+            lambda index: self.batch(tf.gather(table, index), teacher),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         ).prefetch(tf.data.AUTOTUNE)

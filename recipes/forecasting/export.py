@@ -90,6 +90,15 @@ def export_plan(
     )
     if format == "saved_model":
         return plan
+    sampled = _sampling_likelihood(model)
+    if sampled:
+        from rnnkit.export import ExportError
+
+        raise ExportError(
+            f"model.likelihood={sampled} forecasts the quantiles of sampled paths, "
+            f"drawn by TensorFlow random ops that {format} does not run; export "
+            "--format saved_model, or train with model.likelihood=quantile"
+        )
     artefact_model, artefact_inputs = model, inputs
     if "series" in named:
         ids = _vocabulary(model)
@@ -140,7 +149,8 @@ def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | Non
     data.frequency, or the spacing of the configured data's times when it is None;
     None (unknown) when that data cannot be read here."""
     from rnnkit_recipes.forecasting.data import time_periods
-    from rnnkit_recipes.forecasting.recipe import panel_of, trained_periods
+    from rnnkit_recipes.forecasting.predict import trained_periods
+    from rnnkit_recipes.forecasting.recipe import panel_of
 
     from rnnkit.errors import DataError
 
@@ -155,6 +165,25 @@ def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | Non
             log.warning("export.json gives no calendar periods: %s", error)
             return None
     return list(time_periods(frequency, config.data.seasonality))
+
+
+def _sampling_likelihood(model: keras.Model) -> str | None:
+    """The likelihood of a layer of `model` (or of a member's) that samples paths;
+    None when nothing in it draws random numbers."""
+    import keras
+
+    from rnnkit.models.likelihoods import AutoregressiveDecoder, SamplePaths
+
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            found = _sampling_likelihood(layer)
+            if found:
+                return found
+        elif isinstance(layer, SamplePaths) or (
+            isinstance(layer, AutoregressiveDecoder) and layer.likelihood != "quantile"
+        ):
+            return layer.likelihood
+    return None
 
 
 def _vocabulary(model: keras.Model) -> list[str]:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rnnkit")
 
+FORECASTER_ATTRIBUTE = "_rnnkit_forecaster"
+
 
 @dataclasses.dataclass
 class ForecastingData(RecipeData):
@@ -75,7 +77,7 @@ class ForecastingRecipe(Recipe):
         import keras
         import numpy as np
 
-        from rnnkit.losses import QuantileLoss
+        from rnnkit.losses import NegativeLogLikelihood, QuantileLoss
         from rnnkit.models.forecaster import build_forecaster
 
         grid = data.grid
@@ -86,7 +88,7 @@ class ForecastingRecipe(Recipe):
             mean = np.nan_to_num(np.nanmean(span, axis=(0, 1)))
             variance = np.nan_to_num(np.nanvar(span, axis=(0, 1)), nan=1.0)
         m = config.model
-        model = build_forecaster(
+        training, forecaster = build_forecaster(
             input_length=config.data.input_length,
             horizon=config.data.horizon,
             quantiles=tuple(sorted(m.quantiles)),
@@ -105,13 +107,28 @@ class ForecastingRecipe(Recipe):
             dropout=m.dropout,
             scaling=m.scaling,
             architecture=m.architecture,
+            likelihood=m.likelihood,
+            samples=m.samples,
             seed=config.train.seed,
+            return_training_model=True,
         )
-        model.compile(
-            optimizer=keras.optimizers.Adam(config.train.learning_rate),
-            loss=QuantileLoss(tuple(sorted(m.quantiles))),
+        loss = (
+            QuantileLoss(tuple(sorted(m.quantiles)))
+            if m.likelihood == "quantile"
+            else NegativeLogLikelihood(m.likelihood)
         )
-        return model
+        training.compile(
+            optimizer=keras.optimizers.Adam(config.train.learning_rate), loss=loss
+        )
+        # Not a tracked attribute: the forecaster shares the training model's
+        # weights, and its own file is what the run writes (`inference_model`).
+        object.__setattr__(training, FORECASTER_ATTRIBUTE, forecaster)
+        return training
+
+    def inference_model(self, model: keras.Model) -> keras.Model:
+        """The forecaster of a training model that reads the true future or outputs
+        distribution parameters (`build_model`); the model itself otherwise."""
+        return getattr(model, FORECASTER_ATTRIBUTE, model)
 
     def search_space(
         self, hp: keras_tuner.HyperParameters, config: ForecastingConfig
@@ -173,6 +190,8 @@ class ForecastingRecipe(Recipe):
         self, model: keras.Model, inputs: Sequence[str], config: ForecastingConfig
     ) -> list[str]:
         _check_model_shape(model, config)
+        from rnnkit_recipes.forecasting.predict import forecast_lines
+
         paths = list(inputs) or [config.data.path]
         lines: list[str] = []
         for path in paths:
@@ -295,6 +314,12 @@ def load(config: ForecastingConfig) -> ForecastingData:
         )  # fmt: skip
         panel = panel.select(np.flatnonzero(~short))
     grid = to_grid(panel, test_steps, validation_steps)
+    if config.model.likelihood == "negative_binomial" and np.nanmin(grid.values) < 0:
+        raise DataError(
+            f"{panel.source} holds negative values (the least "
+            f"{np.nanmin(grid.values):g}) and model.likelihood=negative_binomial is "
+            "a distribution of counts; use model.likelihood=gaussian or student_t"
+        )
     if grid.last_times is not None and len(set(grid.last_times)) > 1:
         log.warning(
             "the series end at different times (%s to %s): each one's test span is "
@@ -337,6 +362,8 @@ def splits(grid, config: ForecastingConfig, source: str) -> ForecastingData:
         config.model.scaling,
         config.model.weighting,
         d.seasonality,
+        likelihood=config.model.likelihood,
+        teacher=config.model.decoder == "autoregressive" and recurrent,
     )
     # A training window reads at least half its input: one that begins a series
     # would be scaled by the statistics of a handful of values.
@@ -366,7 +393,7 @@ def splits(grid, config: ForecastingConfig, source: str) -> ForecastingData:
             train_rows, batch, seed=config.train.seed if config.train.shuffle else None
         ),
         validation=windows.dataset(validation_rows, batch),
-        test=windows.dataset(test_rows, batch),
+        test=windows.dataset(test_rows, batch, teacher=False),
         grid=grid,
         windows=windows,
         test_rows=test_rows,
@@ -415,73 +442,3 @@ def test_forecasts(
         levels=tuple(sorted(config.model.quantiles)),
         baselines=baselines,
     )
-
-
-def trained_periods(model) -> list[float] | None:
-    """The calendar periods (in steps) `model` was trained with, as its calendar
-    layer (or an ensemble member's) records them; None for a model saved before it
-    recorded them."""
-    from rnnkit.models.forecaster import CALENDAR_LAYER, layers_named
-
-    found = layers_named(model, CALENDAR_LAYER)
-    return list(found[0].periods) if found else None
-
-
-def forecast_lines(
-    model, path: str | None, config: ForecastingConfig, header: bool
-) -> list[str]:
-    """CSV lines `id,step,time,q...`: the forecast of the `horizon` steps after each
-    series' last value in `path` (the default data when None)."""
-    import numpy as np
-    import pandas as pd
-    from rnnkit_recipes.forecasting.data import Windows, time_periods, to_grid
-
-    d = config.data
-    panel = panel_of(config, path)
-    grid = to_grid(panel, 0, 0)
-    inputs = {tensor.name: tensor for tensor in model.inputs}
-    periods = ()
-    if "past_time" in inputs:
-        periods = time_periods(grid.frequency, d.seasonality)
-        trained = trained_periods(model)
-        count = inputs["past_time"].shape[-1] // 2
-        given = ", ".join(f"{p:g}" for p in periods) or "none"
-        if trained is None and len(periods) != count:  # saved before they were kept
-            problem = f"{count} period(s), and this file's times give ({given})"
-        elif trained is not None and (
-            len(periods) != len(trained) or not np.allclose(periods, trained)
-        ):
-            kept = ", ".join(f"{p:g}" for p in trained)
-            problem = f"periods ({kept}), and this file's times give ({given})"
-        else:
-            problem = None
-        if problem:
-            from rnnkit.errors import DataError
-
-            raise DataError(
-                f"{panel.source}: the model reads calendar terms of {problem} steps; "
-                "predict from a file of the training data's layout and spacing"
-            )
-    names = set(inputs)
-    windows = Windows(
-        grid, d.input_length, d.horizon, periods,
-        grid.ids if "series" in names else None,
-        config.model.scaling,
-        config.model.weighting,
-        d.seasonality,
-    )  # fmt: skip
-    rows = np.stack([np.arange(len(grid.ids)), np.full(len(grid.ids), grid.steps)], 1)
-    inputs, _, _ = windows.arrays(rows.astype(np.int64))
-    quantiles = model.predict(inputs, batch_size=config.train.batch_size, verbose=0)
-    levels = tuple(sorted(config.model.quantiles))
-    lines = ["id,step,time," + ",".join(f"q{q:g}" for q in levels)] if header else []
-    for index, series_id in enumerate(grid.ids):
-        if grid.last_times is not None:
-            times = pd.date_range(
-                grid.last_times[index], periods=d.horizon + 1, freq=grid.frequency
-            )[1:]
-        for step in range(d.horizon):
-            when = "" if grid.last_times is None else str(times[step])
-            values = ",".join(f"{v:.6g}" for v in quantiles[index, step])
-            lines.append(f"{series_id},{step + 1},{when},{values}")
-    return lines

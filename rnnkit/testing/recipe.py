@@ -363,11 +363,12 @@ class _Checks:
         )
         _expect(model.compiled, "build_model returned a model that is not compiled")
         inputs = _test_batch(self.data().test, self.config.train.batch_size)
-        expected = model.predict_on_batch(inputs)
-        # Saved as the runner saves a trained model: with the optimizer's variables
-        # (an unbuilt optimizer's reload warns that they differ).
+        # Saved as the runner saves a trained model: its inference model, with the
+        # optimizer's variables (an unbuilt optimizer's reload warns that they differ).
         model.optimizer.build(model.trainable_variables)
-        path = run_dir.save_model(model, self.work_dir / "safe_mode" / "model.keras")
+        saved = self.recipe.inference_model(model)
+        expected = saved.predict_on_batch(inputs)
+        path = run_dir.save_model(saved, self.work_dir / "safe_mode" / "model.keras")
         reloaded = _calling(
             "keras.saving.load_model(path, safe_mode=True)", run_dir.load_model, path
         )

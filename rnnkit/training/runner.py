@@ -301,7 +301,7 @@ def _train_and_write(
             weights_fingerprint=fingerprint,
         )
 
-    model_path = save_model(model, run_dir / MODEL_FILE)
+    model_path = save_model(recipe.inference_model(model), run_dir / MODEL_FILE)
     # Evaluate the reloaded model: this proves the saved file is complete and that
     # `rnnkit evaluate` will report exactly these figures.
     model = load_model(model_path)
@@ -446,7 +446,7 @@ def backtest(
         )
         history = fit(model, fold_data, config, callbacks, verbose)
         _check_finite(history, config)
-        tables.append(recipe.evaluate(model, fold_data, config))
+        tables.append(recipe.evaluate(recipe.inference_model(model), fold_data, config))
     return {"folds": tables, "mean": mean_table(tables)}
 
 

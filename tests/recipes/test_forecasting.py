@@ -411,30 +411,6 @@ def test_backtest_folds_hold_out_the_spans_before_the_test_span(smoke_data):
         recipe.backtest_folds(smoke_data, smoke(**{"evaluation.folds": 40}))
 
 
-@pytest.mark.slow
-def test_a_run_with_a_backtest_fold_writes_its_table_and_the_mean(tmp_path):
-    import json
-
-    from tests.cli_support import invoke
-
-    run_dir = tmp_path / "run"
-    result = invoke(
-        "run", "forecasting", "--config", str(SMOKE), "--run-dir", str(run_dir),
-        "--set", "evaluation.folds=1", "--set", "train.epochs=1",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    folds = metrics["backtest"]["folds"]
-    assert len(folds) == 1
-    for table in folds:
-        assert {"model", "seasonal_naive", "naive2"} <= set(table)
-        assert table["naive2"]["owa"] == pytest.approx(1.0)
-    mean = metrics["backtest"]["mean"]["model"]["smape"]
-    assert mean == pytest.approx(np.mean([t["model"]["smape"] for t in folds]))
-    # a fold's benchmarks are its own windows', not the test span's
-    assert folds[0]["seasonal_naive"] != metrics["test"]["seasonal_naive"]
-
-
 def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
     import csv
 
