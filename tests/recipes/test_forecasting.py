@@ -284,21 +284,25 @@ def test_the_m4_figures_come_from_the_shipped_m4_config():
     assert "--seed" in words and len(words) == 5 + 2 * len(settings) + 2
 
 
-def test_the_m4_ensemble_is_the_two_shipped_m4_configs():
-    """The README's M4 ensemble: a run of configs/m4_hourly.toml and one of
-    configs/m4_hourly_mean_abs.toml, each with only the data files, the seed and its
-    run directory given, then `rnnkit ensemble` of those two directories."""
+def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
+    """The README's M4 ensemble: a run of configs/m4_hourly.toml, one of
+    configs/m4_hourly_mean_abs.toml and one of configs/m4_hourly_student_t.toml, each
+    with only the data files, the seed and its run directory given, then `rnnkit
+    ensemble` of those three directories; each config is the one before it with one
+    change."""
     import shlex
 
     from tests.markdown_examples import shell_commands
 
     readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
     section = readme[readme.index("### M4 Hourly") : readme.index("### ETTh1")]
-    first, second, joined = map(
+    *runs, joined = map(
         shlex.split, shell_commands(section.split("```bash")[2].split("```")[0])
     )
-    run_dirs = []
-    for words, name in ((first, "m4_hourly.toml"), (second, "m4_hourly_mean_abs.toml")):
+    names = ["m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml"]
+    assert len(runs) == len(names)
+    run_dirs, seeds = [], set()
+    for words, name in zip(runs, names, strict=True):
         assert words[:5] == [
             "rnnkit", "run", "forecasting", "--config",
             f"recipes/forecasting/configs/{name}",
@@ -308,15 +312,17 @@ def test_the_m4_ensemble_is_the_two_shipped_m4_configs():
         assert sets == ["data.path", "data.test_path"]
         assert set(options) == {"--set", "--seed", "--run-dir"}
         run_dirs.append(options["--run-dir"])
-    assert first[first.index("--seed") + 1] == second[second.index("--seed") + 1]
-    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:4] == run_dirs
-    mean_abs = config_lib.resolve(
-        recipe.Config, ROOT / "recipes/forecasting/configs/m4_hourly_mean_abs.toml"
-    )
-    standard = config_lib.resolve(
-        recipe.Config, ROOT / "recipes/forecasting/configs/m4_hourly.toml"
+        seeds.add(options["--seed"])
+    assert len(seeds) == 1
+    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:5] == run_dirs
+    standard, mean_abs, student_t = (
+        config_lib.resolve(recipe.Config, ROOT / "recipes/forecasting/configs" / name)
+        for name in names
     )
     assert mean_abs == standard.with_values({"model.scaling": "mean_abs"})
+    assert student_t == mean_abs.with_values(
+        {"model.likelihood": "student_t", "model.samples": 200}
+    )
 
 
 @pytest.mark.parametrize(
