@@ -195,36 +195,40 @@ class PathQuantiles(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="rnnkit")
 class AutoregressiveDecoder(keras.layers.Layer):
     """A recurrent decoder whose input at each forecast step is the previous step's
-        value (DeepAR's, and a sequence-to-sequence decoder's).
+    value (DeepAR's, and a sequence-to-sequence decoder's).
 
-        Each step reads [previous value (scaled by the window's `location` and
-        `scale`), whether it was observed, the step's known features] and emits raw
-        outputs (P per step) from its state; the state starts from the encoder's.
+    Each step reads [previous value (scaled by the window's `location` and `scale`),
+    whether it was observed, the step's known features] and emits raw outputs (P per
+    step) from its state; the state starts from the encoder's.
 
-        Call `decoder(last, location, scale, states, steps=None, future=None,
+    Call it as `decoder(last, location, scale, states, steps=None, future=None,
     future_observed=None)`:
-            last: (batch, 2) the window's last past value (raw) and whether it was seen.
-            location, scale: (batch, 1), `WindowScaler`'s.
-            states: the encoder's final states (one tensor for a GRU, two for an LSTM).
-            steps: (batch, horizon, F) the forecast steps' known features, or None.
-            future, future_observed: (batch, horizon) the true values (raw, 0 where
-                missing) and 1 where each was seen, for teacher forcing in training;
-                None to forecast.
-        Returns, with `future` (teacher forcing): the raw outputs (batch, horizon, P) in
-        scaled units, step h having read the true value of step h - 1. Without it: for
-        `likelihood="quantile"` the raw quantiles (batch, horizon, Q), each step having
-        read the previous step's median; otherwise `samples` paths (batch, samples,
-        horizon) in the data's units, each step having read its path's previous draw.
 
-        Args:
-            cell_type: a registered recurrent layer ("gru", "lstm", ...).
-            units: the recurrence's width (the encoder's, whose states it starts from).
-            horizon: forecast steps.
-            likelihood: "quantile" (P = len(quantiles)) or a parametric likelihood.
-            quantiles: the levels of the raw quantile outputs ("quantile" only; the one
-                nearest 0.5 is fed back).
-            samples: paths per window (parametric likelihoods).
-            seed: the fixed integer seed of the draws (step h uses seed + 2h, +2h + 1).
+    - last: (batch, 2) the window's last past value (raw) and whether it was seen.
+    - location, scale: (batch, 1), `WindowScaler`'s.
+    - states: the encoder's final states (one tensor for a GRU, two for an LSTM).
+    - steps: (batch, horizon, F) the forecast steps' known features, or None.
+    - future, future_observed: (batch, horizon) the true values (raw, 0 where
+      missing) and 1 where each was seen, for teacher forcing in training; None to
+      forecast.
+
+    Returns, with `future` (teacher forcing): the raw outputs (batch, horizon, P) in
+    scaled units, step h having read the true value of step h - 1. Without it: for
+    `likelihood="quantile"` the raw quantiles (batch, horizon, Q), each step having
+    read the previous step's median; otherwise `samples` paths (batch, samples,
+    horizon) in the data's units, each step having read its path's previous draw.
+
+    Args:
+        cell_type: a registered recurrent layer ("gru", "lstm", ...).
+        units: the recurrence's width (the encoder's, whose states it starts from).
+        horizon: forecast steps.
+        likelihood: "quantile" (P = len(quantiles)) or a parametric likelihood.
+        quantiles: the levels of the raw quantile outputs ("quantile" only; the one
+            nearest 0.5 of the outputs put in increasing order is fed back, the
+            median that `QuantileOutput` reports).
+        samples: paths per window (parametric likelihoods).
+        seed: the fixed integer seed of the draws (step h uses seed + 2h and
+            seed + 2h + 1).
     """
 
     def __init__(
@@ -373,9 +377,9 @@ class OutputHeads:
         return PathQuantiles(self.quantiles, name="quantiles", dtype="float32")(paths)
 
     def _parameters(self, raw):
-        return DistributionOutput(self.likelihood, name="distribution")(
-            [raw, self.location, self.scale]
-        )
+        return DistributionOutput(
+            self.likelihood, name="distribution", dtype="float32"
+        )([raw, self.location, self.scale])
 
     def _pair(self, training, forecaster, return_training_model):
         return (training, forecaster) if return_training_model else forecaster
