@@ -175,6 +175,7 @@ PARAMETERS = {
     "student_t": ("location", "scale", "degrees_of_freedom"),
     "negative_binomial": ("mean", "dispersion"),
 }
+LIKELIHOODS = ("quantile", *PARAMETERS)  # the forecaster's `likelihood` values
 
 
 def lgamma(x):
@@ -197,7 +198,7 @@ def lgamma(x):
 def negative_log_likelihood(values, parameters, likelihood: str):
     """-log p(values), elementwise, of each value (...) under the distribution of
     its `parameters` (..., P), as `distribution_parameters` gives them."""
-    _check_parameters(likelihood)
+    check_likelihood(likelihood)
     y = ops.cast(values, "float32")
     p = ops.cast(parameters, "float32")
     if likelihood == "gaussian":
@@ -228,11 +229,13 @@ def negative_log_likelihood(values, parameters, likelihood: str):
     return -log_density
 
 
-def _check_parameters(likelihood: str) -> None:
-    if likelihood not in PARAMETERS:
+def check_likelihood(likelihood: str, allowed: tuple[str, ...] | None = None) -> None:
+    """A `ValueError` naming the argument unless `likelihood` is one of `allowed`
+    (default: the parametric ones, `PARAMETERS`)."""
+    allowed = tuple(PARAMETERS) if allowed is None else allowed
+    if likelihood not in allowed:
         raise ValueError(
-            f"Argument `likelihood` must be one of {tuple(PARAMETERS)}, received "
-            f"{likelihood!r}."
+            f"Argument `likelihood` must be one of {allowed}, received {likelihood!r}."
         )
 
 
@@ -266,7 +269,7 @@ class NegativeLogLikelihood(keras.losses.Loss):
         name: str = "negative_log_likelihood",
         dtype=None,
     ):
-        _check_parameters(likelihood)
+        check_likelihood(likelihood)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.likelihood = likelihood
 

@@ -42,10 +42,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from rnnkit.losses import PARAMETERS
+from rnnkit.losses import LIKELIHOODS, PARAMETERS, check_likelihood
 from rnnkit.models._recurrent import recurrent_layer_class
 from rnnkit.models.likelihoods import (
-    LIKELIHOODS,
     AutoregressiveDecoder,
     OutputHeads,
     QuantileOutput,  # noqa: F401 - importable from here, where it was first
@@ -308,11 +307,7 @@ def build_forecaster(
         raise ValueError(
             f"Argument `decoder` must be one of {DECODERS}, received {decoder!r}."
         )
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(
-            f"Argument `likelihood` must be one of {LIKELIHOODS}, received "
-            f"{likelihood!r}."
-        )
+    check_likelihood(likelihood, LIKELIHOODS)
     if likelihood == "negative_binomial" and scaling == "standard":
         raise ValueError(
             "Argument `scaling` must be 'mean_abs' or 'none' with the negative "

@@ -31,19 +31,10 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
-from rnnkit.losses import PARAMETERS
+from rnnkit.losses import LIKELIHOODS, PARAMETERS, check_likelihood
 from rnnkit.models._recurrent import recurrent_layer_class
 
-LIKELIHOODS = ("quantile", "gaussian", "student_t", "negative_binomial")
 _FLOOR = 1e-6
-
-
-def _check_likelihood(likelihood: str, allow_quantile: bool = False) -> None:
-    allowed = LIKELIHOODS if allow_quantile else tuple(PARAMETERS)
-    if likelihood not in allowed:
-        raise ValueError(
-            f"Argument `likelihood` must be one of {allowed}, received {likelihood!r}."
-        )
 
 
 def poisson(rate, seed: int):
@@ -69,7 +60,7 @@ def poisson(rate, seed: int):
 def distribution_parameters(raw, location, scale, likelihood: str):
     """Parameters in the data's units, (..., steps, P), of the raw head outputs `raw`
     (..., steps, P) in scaled units, for windows of `location` and `scale` (..., 1)."""
-    _check_likelihood(likelihood)
+    check_likelihood(likelihood)
     raw = ops.cast(raw, "float32")
     if likelihood == "negative_binomial":
         mean = scale * (ops.softplus(raw[..., 0]) + _FLOOR)
@@ -86,7 +77,7 @@ def distribution_parameters(raw, location, scale, likelihood: str):
 def sample(parameters, likelihood: str, seed: int):
     """One draw (...) of each distribution of `parameters` (..., P), from the fixed
     integer `seed`."""
-    _check_likelihood(likelihood)
+    check_likelihood(likelihood)
     p = ops.cast(parameters, "float32")
     shape = ops.shape(p)[:-1]
     if likelihood == "gaussian":
@@ -118,7 +109,7 @@ class DistributionOutput(keras.layers.Layer):
 
     def __init__(self, likelihood: str = "gaussian", **kwargs):
         super().__init__(**kwargs)
-        _check_likelihood(likelihood)
+        check_likelihood(likelihood)
         self.likelihood = likelihood
 
     def call(self, inputs):
@@ -147,7 +138,7 @@ class SamplePaths(keras.layers.Layer):
 
     def __init__(self, likelihood: str, samples: int = 100, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
-        _check_likelihood(likelihood)
+        check_likelihood(likelihood)
         self.likelihood, self.samples, self.seed = likelihood, int(samples), int(seed)
 
     def call(self, parameters):
@@ -243,7 +234,7 @@ class AutoregressiveDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_likelihood(likelihood, allow_quantile=True)
+        check_likelihood(likelihood, LIKELIHOODS)
         self.cell_type, self.units, self.horizon = cell_type, int(units), int(horizon)
         self.likelihood = likelihood
         self.quantiles = tuple(float(q) for q in quantiles)
