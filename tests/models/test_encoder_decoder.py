@@ -140,6 +140,10 @@ def test_mixed_precision_keeps_decoder_states_in_float32(cell_type):
         state = model.initial_decoder_state(memory)
         _, state, _ = model.decode_step(TARGET_IN[:, 0], state, memory)
         assert all(s.dtype == "float32" for s in state["cells"])
+        if cell_type == "gru":
+            # A training step is traced once, with the LSTM's (h, c) states: its
+            # trace under loss scaling is a quarter of a minute on a 2-core CPU.
+            return
         model.compile(
             optimizer="adam",
             loss=keras.losses.SparseCategoricalCrossentropy(

@@ -1,12 +1,14 @@
 """rnnkit.training.multi_worker through `rnnkit run --strategy multiworker`.
 
-Two worker processes on loopback ports, each on the CPU, train the stock, sentiment and
+Two worker processes on loopback ports, each on the CPU, train the stock and
 forecasting recipes at small sizes; the chief's run directory must be complete, the
 workers' final weights identical, and both equal (to float32 round-off) to one process
 trained on the same global batch. A worker that dies stops the other with a one-line
 error, and the chief's `--resume` continues the run on both. Every process has a hard
 deadline and is killed with its process group when its test ends
-(tests/process_support.py).
+(tests/process_support.py). A text model's strings read in the input pipeline under a
+strategy are checked mirrored (tests/training/test_runner.py); a sentiment case here,
+the suite's slowest test, ran this loop once more.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import numpy as np
 import pytest
 
 from tests.process_support import free_port, processes
-from tests.sentiment_support import SMOKE_CONFIG as SENTIMENT_SMOKE
 from tests.stock_support import SMOKE_CONFIG as STOCK_SMOKE
-from tests.training.cluster_support import cluster_args, sentiment_values, set_args
+from tests.training.cluster_support import cluster_args, set_args
 
 FORECASTING_SMOKE = (
     Path(__file__).resolve().parents[2] / "recipes/forecasting/configs/smoke.toml"
@@ -79,9 +80,6 @@ def assert_same_weights(left: Path, right: Path, atol: float) -> None:
     ("recipe", "config_file", "values", "per_replica"),
     [
         ("stock", STOCK_SMOKE, {"train.shuffle": False}, 32),
-        # Slow (about 30 s): the stock case covers the same training loop; this one
-        # adds a text model's strings read in the input pipeline.
-        pytest.param("sentiment", SENTIMENT_SMOKE, None, 64, marks=pytest.mark.slow),
         # Slow (about 20 s): a panel's windows gathered in the input pipeline, each
         # weighted (sample weights summed over the workers' replicas).
         pytest.param(
@@ -92,12 +90,11 @@ def assert_same_weights(left: Path, right: Path, atol: float) -> None:
             marks=pytest.mark.slow,
         ),
     ],
-    ids=["stock", "sentiment", "forecasting"],
+    ids=["stock", "forecasting"],
 )
 def test_two_workers_train_like_one_process_on_the_global_batch(
     tmp_path, recipe, config_file, values, per_replica
 ):
-    values = values if values is not None else sentiment_values()
     args = set_args(config_file, values)
     chief, worker = train_two_workers(tmp_path, recipe, args)
     run_dir = tmp_path / "run"
