@@ -27,6 +27,16 @@ def _majority_probabilities(
     return np.tile(frequencies, (len(test), 1))
 
 
+def _one_blas_thread():
+    """The logistic regressions' L-BFGS fits on one BLAS thread: the vector updates
+    of its iterations are too small to share out, and a BLAS thread per core made
+    the fits many times slower, the same coefficients to round-off
+    (docs/performance.md, "Sentiment baselines")."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def baseline_table(data: SentimentData, config: SentimentConfig) -> Metrics:
     """The baselines' test figures, each fitted on the same training texts: the
     majority class, unigram bag-of-words and uni+bigram tf-idf logistic regressions."""
@@ -66,7 +76,8 @@ def _bag_of_words_probabilities(
     )
     features = vectorizer.fit_transform(train.texts)
     classifier = LogisticRegression(max_iter=1000)
-    classifier.fit(features, train.labels)
+    with _one_blas_thread():
+        classifier.fit(features, train.labels)
     probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
     # Columns follow classifier.classes_ (the classes seen in training).
     by_class = np.zeros((len(test), num_classes))
@@ -103,7 +114,8 @@ def _tfidf_bigram_probabilities(
     validation_features = vectorizer.transform(validation.texts)
     for strength in TFIDF_C_GRID:
         classifier = LogisticRegression(C=strength, max_iter=1000)
-        classifier.fit(features, train.labels)
+        with _one_blas_thread():
+            classifier.fit(features, train.labels)
         accuracy = classifier.score(validation_features, validation.labels)
         if accuracy > best_accuracy:
             best, best_accuracy = classifier, accuracy
