@@ -7,11 +7,13 @@ and `../shared` (the real data the smoke configs read) lies beside it, as in CI:
 `rnnkit` commands in this process through click's CliRunner (one TensorFlow start-up
 instead of one per command), `python -c` in a subprocess. A recipe's smoke command
 (`rnnkit run NAME --config recipes/NAME/configs/smoke.toml --run-dir runs/NAME/smoke`,
-on several pages) is run once in the session for all of them (tests/smoke_runs.py).
+on several pages) is run once in the session for all of them (tests/smoke_runs.py),
+and so is a block that stands on more than one page (README.md and a guide).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -119,15 +121,49 @@ def prepare(command: str, workdir: Path) -> None:
             )
 
 
+def shared_blocks() -> set[str]:
+    """The ```bash blocks that stand on more than one page (README.md and docs/),
+    the set-up block aside: each runs once in the session (`run_shell_block`)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    count: dict[str, int] = {}
+    for page in pages:
+        for block in set(blocks(page.read_text(encoding="utf-8"), "bash")[1:]):
+            count[block] = count.get(block, 0) + 1
+    return {block for block, pages_with_it in count.items() if pages_with_it > 1}
+
+
+def _run_shared_block(block: str, workdir: Path, tmp_path_factory) -> None:
+    """`block`, which stands on several pages, run once in the session in a scratch
+    checkout of its own; what it wrote is copied into `workdir`. A block that needs
+    what an earlier block of its page wrote fails there, loudly."""
+    from tests.shared_once import made_once
+
+    def make(folder: Path) -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            run_shell_block(block, make_workdir(folder), patch, tmp_path_factory, False)
+
+    name = hashlib.sha1(block.encode("utf-8")).hexdigest()[:12]
+    made = made_once(tmp_path_factory, f"block-{name}", make) / "rnnkit"
+    for path in made.iterdir():
+        if path.name != "recipes":
+            assert not (workdir / path.name).exists(), f"{path.name} exists already"
+            copy = shutil.copytree if path.is_dir() else shutil.copyfile
+            copy(path, workdir / path.name)
+
+
 def run_shell_block(
-    block: str, workdir: Path, monkeypatch, tmp_path_factory=None
+    block: str, workdir: Path, monkeypatch, tmp_path_factory=None, share=True
 ) -> None:
     """Runs `block`'s commands in `workdir`. With `tmp_path_factory`, a recipe's smoke
-    command (tests/smoke_runs.py) is the session's one run of it, copied here."""
+    command (tests/smoke_runs.py) is the session's one run of it, copied here, and so
+    is a block that stands on several pages (`shared_blocks`)."""
     from click.testing import CliRunner
 
     from rnnkit.cli import main
 
+    if share and tmp_path_factory is not None and block in shared_blocks():
+        _run_shared_block(block, workdir, tmp_path_factory)
+        return
     monkeypatch.chdir(workdir)
     # Caches (captioning features, downloads) go to the scratch folder, never home.
     monkeypatch.setenv("RNNKIT_DATA_DIR", str(workdir / "rnnkit-data"))
