@@ -1,8 +1,9 @@
 """Small trained runs of the recipes, shared by the export tests (one per recipe).
 
-Each is the recipe's smoke config cut further (fewer examples, one epoch, no slow
-baselines): the export tests need a trained model of the recipe's architecture, not a
-good one. Translation and the language model have a Transformer run too.
+Stock and the language model: the session's smoke runs. The others: the recipe's
+smoke config cut further (fewer examples, one epoch, no slow baselines): the export
+tests need a trained model of the recipe's architecture, not a good one. Translation
+and the language model have a Transformer run too.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import pytest
 from tests.cli_support import invoke
 from tests.export.support import stop_children
 from tests.shared_once import made_once
+from tests.smoke_runs import smoke_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The recipes whose export tests take the session's smoke run itself (trained anyway
+# for the docs and recipe tests, tests/smoke_runs.py): a run of their own, cut to one
+# epoch, would cost as much again.
+SMOKE = {"stock", "language_model"}
 QUICK = {
-    "stock": ["--set", "train.epochs=1"],
+    # The language model's Transformer run starts from these options.
     "language_model": ["--set", "train.epochs=1", "--set", "data.limit=8000"],
     "sentiment": [
         "--set",
@@ -97,6 +103,10 @@ def runs(tmp_path_factory):
     own folders."""
 
     def get(name: str) -> Path:
+        if name in SMOKE:
+            run = smoke_run(tmp_path_factory, name)
+            assert run.exit_code == 0, run.output[-3000:]
+            return run.run_dir
         folder = made_once(
             tmp_path_factory, f"export-run-{name}", lambda f: trained_run(f, name)
         )
