@@ -4,6 +4,9 @@
     python docs/make_images.py --captioning-run RUN_DIR   # captioning: a trained run
     python docs/make_images.py --small --output images-check   # seconds (the test)
 
+`--translation-run RUN_DIR` and `--captioning-run RUN_DIR` draw those two pictures
+from runs already trained (the test gives it the session's smoke runs).
+
 Nothing here is drawn by hand: each picture comes from rnnkit's own runs and plotting
 functions on real data.
 
@@ -148,24 +151,29 @@ def lstm_gates(model, data, path: Path) -> Path:
     return plots.save_figure(figure, path)
 
 
-def translation_picture(size: str, output: Path, work: Path) -> Path:
-    recipe_dir = ROOT / "recipes" / "translation" / "configs"
-    run_recipe(
-        "translation",
-        recipe_dir / "smoke.toml",
-        {
-            "data.path": str(
-                SHARED_DATA / "translation" / "multi30k_{split}.{lang}.gz"
-            ),
-            "evaluation.heatmaps": 1,
-            **TRANSLATION[size],
-        },
-        work / "translation",
-    )
+def translation_picture(
+    size: str, output: Path, work: Path, run_dir: Path | None = None
+) -> Path:
+    """The recipe's attention heatmap of its first test translation: from `run_dir`
+    (a completed run that drew one) or from a run trained here."""
+    if run_dir is None:
+        run_dir = work / "translation"
+        recipe_dir = ROOT / "recipes" / "translation" / "configs"
+        run_recipe(
+            "translation",
+            recipe_dir / "smoke.toml",
+            {
+                "data.path": str(
+                    SHARED_DATA / "translation" / "multi30k_{split}.{lang}.gz"
+                ),
+                "evaluation.heatmaps": 1,
+                **TRANSLATION[size],
+            },
+            run_dir,
+        )
     return Path(
         shutil.copyfile(
-            work / "translation" / "plots" / "attention_1.png",
-            output / "attention_heatmap.png",
+            run_dir / "plots" / "attention_1.png", output / "attention_heatmap.png"
         )
     )
 
@@ -232,6 +240,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
         "--small", action="store_true", help="tiny runs (seconds), for the test"
     )
     parser.add_argument(
+        "--translation-run",
+        type=Path,
+        help="a completed translation run that drew a heatmap, to draw from",
+    )
+    parser.add_argument(
         "--captioning-run",
         type=Path,
         help="a completed run of configs/flickr8k_mobilenet.toml to draw from",
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
         work = Path(scratch)
         written = [
             *stock_pictures(size, args.output, work),
-            translation_picture(size, args.output, work),
+            translation_picture(size, args.output, work, args.translation_run),
             gradient_picture(size, args.output, work),
             captioning_picture(size, args.output, work, args.captioning_run),
         ]

@@ -282,19 +282,22 @@ def test_committed_pictures_are_small_and_linked():
 
 def test_make_images_draws_every_picture(tmp_path_factory, tmp_path):
     """docs/make_images.py at its smallest size: real data, tiny runs. The captioning
-    picture is drawn from the session's captioning smoke run (--captioning-run: the
-    same smoke config the script trains with --small, tests/smoke_runs.py), its
-    image features cached in the test's folder."""
+    and translation pictures are drawn from the session's smoke runs
+    (--captioning-run, --translation-run: the smoke configs the script trains with
+    --small, tests/smoke_runs.py), the image features cached in the test's folder."""
     import numpy as np
     from PIL import Image
 
     captioning = smoke_runs.smoke_run(tmp_path_factory, "captioning")
     assert captioning.exit_code == 0, captioning.output[-3000:]
+    translation = smoke_runs.smoke_run(tmp_path_factory, "translation")
+    assert translation.exit_code == 0, translation.output[-3000:]
     output = tmp_path / "images"
     result = preloaded.run(
         [
             "docs/make_images.py", "--small", "--output", str(output),
             "--captioning-run", str(captioning.run_dir),
+            "--translation-run", str(translation.run_dir),
         ],
         cwd=ROOT,
         env={

@@ -170,20 +170,16 @@ def _periods(model: keras.Model, config: ForecastingConfig) -> list[float] | Non
 def _sampling_likelihood(model: keras.Model) -> str | None:
     """The likelihood of a layer of `model` (or of a member's) that samples paths;
     None when nothing in it draws random numbers."""
-    import keras
-
+    from rnnkit.models.forecaster import layers_where
     from rnnkit.models.likelihoods import AutoregressiveDecoder, SamplePaths
 
-    for layer in model.layers:
-        if isinstance(layer, keras.Model):
-            found = _sampling_likelihood(layer)
-            if found:
-                return found
-        elif isinstance(layer, SamplePaths) or (
-            isinstance(layer, AutoregressiveDecoder) and layer.likelihood != "quantile"
-        ):
-            return layer.likelihood
-    return None
+    def samples(layer) -> bool:
+        if isinstance(layer, AutoregressiveDecoder):
+            return layer.likelihood != "quantile"  # feeds back its median otherwise
+        return isinstance(layer, SamplePaths)
+
+    sampling = layers_where(model, samples)
+    return sampling[0].likelihood if sampling else None
 
 
 def _vocabulary(model: keras.Model) -> list[str]:

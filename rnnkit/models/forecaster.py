@@ -178,16 +178,21 @@ class LastSteps(keras.layers.Layer):
         return {**super().get_config(), "steps": self.steps}
 
 
-def layers_named(model: keras.Model, name: str) -> list[keras.layers.Layer]:
-    """The layers called `name` in `model` and in the models inside it (an
-    ensemble's members), in order."""
+def layers_where(model: keras.Model, wanted) -> list[keras.layers.Layer]:
+    """The layers of `model` and of the models inside it (an ensemble's members)
+    for which `wanted(layer)` is true, in order."""
     found = []
     for layer in model.layers:
-        if layer.name == name:
+        if wanted(layer):
             found.append(layer)
         elif isinstance(layer, keras.Model):
-            found += layers_named(layer, name)
+            found += layers_where(layer, wanted)
     return found
+
+
+def layers_named(model: keras.Model, name: str) -> list[keras.layers.Layer]:
+    """The layers called `name` in `model` and in the models inside it."""
+    return layers_where(model, lambda layer: layer.name == name)
 
 
 def _positive(name: str, value) -> None:

@@ -85,6 +85,24 @@ def test_configurations_that_cannot_work_are_refused_in_one_line(values, message
         recipe.check_config(smoke(**values))
 
 
+def test_the_config_offers_what_the_forecaster_builds():
+    """The config's choices are written out (the launcher reads them without
+    importing Keras); they must stay the forecaster's."""
+    import dataclasses
+
+    from rnnkit_recipes.forecasting.config import ForecastingModelConfig
+
+    from rnnkit.losses import LIKELIHOODS
+    from rnnkit.models.forecaster import DECODERS
+
+    choices = {
+        f.name: f.metadata.get("choices")
+        for f in dataclasses.fields(ForecastingModelConfig)
+    }
+    assert choices["likelihood"] == LIKELIHOODS
+    assert choices["decoder"] == DECODERS
+
+
 def test_counts_must_not_be_negative(tmp_path):
     values = np.abs(np.sin(np.arange(400) / 5.0)) * 10
     values[7] = -1.5
@@ -128,6 +146,9 @@ def test_a_deepar_run_with_a_backtest_fold_beats_naive(tmp_path):
         "--set", "model.likelihood=student_t", "--set", "model.decoder=autoregressive",
         "--set", "data.horizon=12", "--set", "data.test_windows=4",
         "--set", "evaluation.folds=1", "--set", "train.epochs=1",
+        # Fewer sampled paths than the default: each forecast step samples every
+        # path, and the run forecasts the test span, its fold and their benchmarks.
+        "--set", "model.samples=50",
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
