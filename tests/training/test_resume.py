@@ -96,7 +96,7 @@ def _recipe_and_config(case: str):
         str(SMOKE_CONFIG),
         {
             "data.path": str(MULTI30K),
-            "data.limit": 200,
+            "data.limit": 100,
             "model.dropout": 0.5,
             "evaluation.beam_width": 1,
             "evaluation.heatmaps": 0,
