@@ -1,9 +1,10 @@
 """The example plugin recipe installs as its own package and runs through `rnnkit`.
 
 Runs the commands of docs/guides/own-recipe.md as written: `pip install` (here without
-dependencies or build isolation, into a scratch folder put on PYTHONPATH, so nothing
+dependencies or build isolation, into a scratch folder put on the path, so nothing
 is downloaded and the environment is left as it was), then `rnnkit list`, `run` and
-`predict` in fresh interpreters that find the recipe through its entry point only.
+`predict` in new processes (forked from one with TensorFlow imported,
+tests/preloaded.py) that find the recipe through its entry point only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 
+from tests import preloaded
 from tests.markdown_examples import ROOT, blocks, shell_commands
 
 GUIDE = ROOT / "docs" / "guides" / "own-recipe.md"
@@ -38,14 +40,7 @@ def test_example_recipe_installs_lists_runs_and_predicts(tmp_path):
         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
     site = tmp_path / "site-packages"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(site), os.environ.get("PYTHONPATH")])
-        ),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "MPLBACKEND": "Agg",
-    }
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "MPLBACKEND": "Agg"}
     outputs = {}
     for words in commands:
         command = words[1]  # install, list, run, predict
@@ -54,11 +49,19 @@ def test_example_recipe_installs_lists_runs_and_predicts(tmp_path):
                 sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                 "--no-build-isolation", "--no-index", "--target", str(site), *words[2:],
             ]  # fmt: skip
+            outputs[command] = run(words, tmp_path, env)
         else:
+            # The launcher in a new process forked from one with TensorFlow imported
+            # (tests/preloaded.py), the folder on its path where PYTHONPATH puts it
+            # (after the working folder): the recipe is found by its entry point.
             assert words[0] == "rnnkit", words
-            launcher = "from rnnkit.cli import main; main()"
-            words = [sys.executable, "-c", launcher, *words[1:]]
-        outputs[command] = run(words, tmp_path, env)
+            launcher = (
+                f"import sys; sys.path.insert(1, {str(site)!r}); "
+                "from rnnkit.cli import main; main()"
+            )
+            result = preloaded.run(["-c", launcher, *words[1:]], cwd=tmp_path, env=env)
+            assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
+            outputs[command] = result.stdout
 
     assert (site / "rnnkit_recipe_example" / "recipe.py").is_file()
     assert "airline" in outputs["list"]
