@@ -398,17 +398,21 @@ class OutputHeads:
         future_observed = keras.Input((horizon,), name="future_observed")
         common = (last, self.location, self.scale, states)
         forecast = decoder(*common, steps=steps)
+        if self.likelihood == "quantile":
+            output_layer = QuantileOutput(name="quantiles", dtype="float32")
+            forecast = output_layer([forecast, self.location, self.scale])
+        else:
+            forecast = self._paths_to_quantiles(forecast)
+        forecaster = keras.Model(self.inputs, forecast, name=name)
+        if not return_training_model:
+            return forecaster  # the teacher-forced graph is for training only
         teacher = decoder(
             *common, steps=steps, future=future, future_observed=future_observed
         )
         if self.likelihood == "quantile":
-            output_layer = QuantileOutput(name="quantiles", dtype="float32")
-            forecast = output_layer([forecast, self.location, self.scale])
             teacher = output_layer([teacher, self.location, self.scale])
         else:
-            forecast = self._paths_to_quantiles(forecast)
             teacher = self._parameters(teacher)
-        forecaster = keras.Model(self.inputs, forecast, name=name)
         training_inputs = {
             **self.inputs, "future_target": future, "future_observed": future_observed
         }  # fmt: skip
