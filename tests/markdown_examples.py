@@ -13,6 +13,7 @@ and so is a block that stands on more than one page (README.md and a guide).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -121,15 +122,15 @@ def prepare(command: str, workdir: Path) -> None:
             )
 
 
-def shared_blocks() -> set[str]:
+@functools.cache
+def shared_blocks() -> frozenset[str]:
     """The ```bash blocks that stand on more than one page (README.md and docs/),
     the set-up block aside: each runs once in the session (`run_shell_block`)."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     count: dict[str, int] = {}
-    for page in pages:
+    for page in (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))):
         for block in set(blocks(page.read_text(encoding="utf-8"), "bash")[1:]):
             count[block] = count.get(block, 0) + 1
-    return {block for block, pages_with_it in count.items() if pages_with_it > 1}
+    return frozenset(block for block, pages in count.items() if pages > 1)
 
 
 def _run_shared_block(block: str, workdir: Path, tmp_path_factory) -> None:

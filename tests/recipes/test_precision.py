@@ -1,6 +1,7 @@
-"""Every recipe trains under both mixed policies from the command line, close to its
-float32 run from the same seed: `--precision` (`train.precision`), the older
-`--mixed-precision` shortcut, and the global dtype policy given back after a run."""
+"""Every recipe trains under a mixed policy from the command line (stock and the
+language model under both), close to its float32 run from the same seed:
+`--precision` (`train.precision`), the older `--mixed-precision` shortcut, and the
+global dtype policy given back after a run."""
 
 from __future__ import annotations
 
