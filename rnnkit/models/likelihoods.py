@@ -393,9 +393,6 @@ class OutputHeads:
     def autoregressive(self, decoder, last, states, steps, name, return_training_model):
         """The forecaster of an `AutoregressiveDecoder` and, with the true future
         as two more inputs, the teacher-forced training model."""
-        horizon = decoder.horizon
-        future = keras.Input((horizon,), name="future_target")
-        future_observed = keras.Input((horizon,), name="future_observed")
         common = (last, self.location, self.scale, states)
         forecast = decoder(*common, steps=steps)
         if self.likelihood == "quantile":
@@ -406,6 +403,8 @@ class OutputHeads:
         forecaster = keras.Model(self.inputs, forecast, name=name)
         if not return_training_model:
             return forecaster  # the teacher-forced graph is for training only
+        future = keras.Input((decoder.horizon,), name="future_target")
+        future_observed = keras.Input((decoder.horizon,), name="future_observed")
         teacher = decoder(
             *common, steps=steps, future=future, future_observed=future_observed
         )
