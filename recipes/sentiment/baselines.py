@@ -28,9 +28,9 @@ def _majority_probabilities(
 
 
 def _one_blas_thread():
-    """The logistic regressions' L-BFGS fits on one BLAS thread: the vector updates
-    of its iterations are too small to share out, and a BLAS thread per core made
-    the fits many times slower, the same coefficients to round-off
+    """The baselines fitted on one BLAS thread: their L-BFGS vector updates are
+    too small to share out, and a BLAS thread per core made the logistic
+    regressions many times slower, the same coefficients to round-off
     (docs/performance.md, "Sentiment baselines")."""
     from threadpoolctl import threadpool_limits
 
@@ -44,20 +44,22 @@ def baseline_table(data: SentimentData, config: SentimentConfig) -> Metrics:
 
     text = data.text
     train, test, num_classes = text.train, text.test, text.num_classes
-    return {
-        "majority": classification_metrics(
-            test.labels, _majority_probabilities(train, test, num_classes)
-        ),
-        "bag_of_words": classification_metrics(
-            test.labels, _bag_of_words_probabilities(train, test, num_classes, config)
-        ),
-        "tfidf_bigrams": classification_metrics(
-            test.labels,
-            _tfidf_bigram_probabilities(
-                train, text.validation, test, num_classes, config
+    with _one_blas_thread():
+        return {
+            "majority": classification_metrics(
+                test.labels, _majority_probabilities(train, test, num_classes)
             ),
-        ),
-    }
+            "bag_of_words": classification_metrics(
+                test.labels,
+                _bag_of_words_probabilities(train, test, num_classes, config),
+            ),
+            "tfidf_bigrams": classification_metrics(
+                test.labels,
+                _tfidf_bigram_probabilities(
+                    train, text.validation, test, num_classes, config
+                ),
+            ),
+        }
 
 
 def _bag_of_words_probabilities(
@@ -76,8 +78,7 @@ def _bag_of_words_probabilities(
     )
     features = vectorizer.fit_transform(train.texts)
     classifier = LogisticRegression(max_iter=1000)
-    with _one_blas_thread():
-        classifier.fit(features, train.labels)
+    classifier.fit(features, train.labels)
     probabilities = classifier.predict_proba(vectorizer.transform(test.texts))
     # Columns follow classifier.classes_ (the classes seen in training).
     by_class = np.zeros((len(test), num_classes))
@@ -114,8 +115,7 @@ def _tfidf_bigram_probabilities(
     validation_features = vectorizer.transform(validation.texts)
     for strength in TFIDF_C_GRID:
         classifier = LogisticRegression(C=strength, max_iter=1000)
-        with _one_blas_thread():
-            classifier.fit(features, train.labels)
+        classifier.fit(features, train.labels)
         accuracy = classifier.score(validation_features, validation.labels)
         if accuracy > best_accuracy:
             best, best_accuracy = classifier, accuracy
