@@ -60,6 +60,8 @@ def _cluster_role(params: dict[str, Any]) -> str | None:
         return "worker"
     if params["connect_timeout"] is not None:
         raise RnnkitError("--connect-timeout is a worker's (--worker ID) option")
+    if params["one_process"]:
+        raise RnnkitError("--one-process is a worker's (--worker ID) option")
     if chief is None and params["worker_timeout"] is not None:
         raise RnnkitError("--worker-timeout is the chief's (--chief) option")
     return None if chief is None else "chief"
@@ -98,6 +100,7 @@ def _work_for_chief(recipe: Recipe, params: dict[str, Any]) -> None:
             executions_per_trial=params["executions_per_trial"],
             directory=params["tune_dir"],  # None: a temporary folder
             connect_timeout=params["connect_timeout"] or tuning_cluster.CONNECT_TIMEOUT,
+            process_per_trial=not params["one_process"],
         )
     click.echo(
         f"\nWorker {ran.worker_id} ran {len(ran.trials)} trial(s) for the "
@@ -214,6 +217,13 @@ def tune_command(recipe: Recipe) -> click.Command:
             metavar="SECONDS",
             help="Worker: how long to wait for the chief, at the start and for each "
             f"request [default: {tuning_cluster.CONNECT_TIMEOUT:g}].",
+        ),
+        click.Option(
+            ["--one-process"],
+            is_flag=True,
+            help="Worker: run every trial in the worker's own process instead of a "
+            "fresh one each (no start-up per trial, but the memory grows from trial "
+            "to trial).",
         ),
         click.Option(
             ["--worker-timeout"],
