@@ -32,17 +32,28 @@ QUICK: dict[str, dict[str, object]] = {
         "GENERATED_CHARACTERS": 20,
     },
     "02_bptt_and_gradients": {
+        "DIAGNOSE_UNITS": 16,
         "DIAGNOSE_STEPS": 10,
-        "LM_CHARACTERS": 10_000,  # one batch of 16 x FULL_BPTT (512) tokens
+        "FULL_BPTT": 128,
+        "LM_CHARACTERS": 2_500,  # one batch of 16 x FULL_BPTT tokens
         "LM_EPOCHS": 1,
     },
     "03_lstm_and_gru": {
         "TRAIN_WINDOWS": 300,
         "EPOCHS": 1,
+        "TIMING_BATCH": 16,
         "TIMING_STEPS": 20,
+        "TIMING_UNITS": 32,
         "TIMING_REPEATS": 1,
     },
-    "05_seq2seq_translation": {"TRAIN_PAIRS": 120, "EPOCHS": 1, "TEST_SENTENCES": 8},
+    "05_seq2seq_translation": {
+        "TRAIN_PAIRS": 120,
+        "EPOCHS": 1,
+        "UNITS": 32,
+        "TEST_SENTENCES": 8,
+        "BEAM_WIDTH": 2,
+        "N_BEST": 2,
+    },
     "06_recipes_quickstart": {
         "SENTIMENT_REVIEWS": 200,
         "SENTIMENT_EPOCHS": 1,
@@ -53,8 +64,14 @@ QUICK: dict[str, dict[str, object]] = {
         "LM_CHARACTERS": 5_000,
         "LM_EPOCHS": 1,
         "SAMPLE_CHARACTERS": 20,
+        "TUNING_TRIALS": 1,
     },
-    "07_from_attention_to_transformer": {"TRAIN_PAIRS": 120, "EPOCHS": 1},
+    "07_from_attention_to_transformer": {
+        "TRAIN_PAIRS": 120,
+        "EPOCHS": 1,
+        "RNN_UNITS": 32,
+        "BEAM_WIDTH": 2,
+    },
     "08_forecasting_many_series": {
         "M4_SERIES": 20,
         "M4_EPOCHS": 1,
