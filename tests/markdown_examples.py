@@ -146,10 +146,17 @@ def _run_shared_block(block: str, workdir: Path, tmp_path_factory) -> None:
     name = hashlib.sha1(block.encode("utf-8")).hexdigest()[:12]
     made = made_once(tmp_path_factory, f"block-{name}", make) / "rnnkit"
     for path in made.iterdir():
-        if path.name != "recipes":
-            assert not (workdir / path.name).exists(), f"{path.name} exists already"
-            copy = shutil.copytree if path.is_dir() else shutil.copyfile
-            copy(path, workdir / path.name)
+        if path.name == "recipes":
+            continue
+        # Into folders an earlier block of the page made (runs/), never over a file.
+        files = [path] if path.is_file() else path.rglob("*")
+        for file in (f for f in files if f.is_file()):
+            target = workdir / file.relative_to(made)
+            assert not target.exists(), f"{target.relative_to(workdir)} exists already"
+        if path.is_dir():
+            shutil.copytree(path, workdir / path.name, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(path, workdir / path.name)
 
 
 def run_shell_block(
