@@ -41,8 +41,11 @@ WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CONNECT_TIMEOUT = 60.0
 WORKER_TIMEOUT = 600.0
 # Once the last trial ended, how long the chief waits for the workers it knows to ask
-# for another and be told to stop (a worker that died never asks).
-STOP_GRACE_SECONDS = 10.0
+# for another and be told to stop (a worker that died never asks). A worker that runs
+# each trial in a fresh process asks only once that process has started TensorFlow
+# and loaded the data: 10 s was too short on a busy 2-core CPU, where a worker then
+# found the chief gone and failed after a search that had succeeded.
+STOP_GRACE_SECONDS = 60.0
 POLL_SECONDS = 0.2
 ENVIRONMENT = ("KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT")
 

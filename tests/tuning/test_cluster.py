@@ -91,6 +91,58 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     assert checkpoints == {f"trial_{trial_id}" for trial_id, _ in ran[1]}
 
 
+class _Clock:
+    """time.monotonic and time.sleep of rnnkit.tuning.cluster, simulated."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_chief_waits_for_a_known_worker_as_long_as_a_trial_process_starts(
+    monkeypatch,
+):
+    """A worker that runs each trial in a fresh process asks for the next trial only
+    once that process has started TensorFlow (13 CPU-s on a busy 2-core machine):
+    the chief, done, waits for it (a minute at most), then ends; with no worker left
+    to tell it ends at once."""
+
+    class Oracle:
+        ongoing_trials: dict = {}
+        trials: dict = {}
+        end_order: list = []
+        max_consecutive_failed_trials = 3
+        tuner_ids = {"worker-1"}
+
+    class Servicer:
+        stop_triggered = True
+
+    clock = _Clock()
+    monkeypatch.setattr(tuning_cluster, "time", clock)
+    oracle = Oracle()
+
+    def worker_asks_after(seconds: float) -> None:
+        def sleep(step: float) -> None:
+            clock.now += step
+            if clock.now >= seconds:
+                oracle.tuner_ids = set()  # told to stop
+
+        monkeypatch.setattr(clock, "sleep", sleep)
+
+    worker_asks_after(30.0)  # a trial process's start, well past the old 10 s
+    done = tuning_cluster._wait_until_done(oracle, Servicer(), "a:1", 600)
+    assert done is None and 30.0 <= clock.now < 31.0
+    clock.now, oracle.tuner_ids = 0.0, {"worker-1"}
+    worker_asks_after(float("inf"))  # a worker that died between trials
+    tuning_cluster._wait_until_done(oracle, Servicer(), "a:1", 600)
+    assert tuning_cluster.STOP_GRACE_SECONDS <= clock.now < 61.0
+
+
 def test_worker_without_a_chief_fails_within_its_timeout(tmp_path):
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     begin = time.monotonic()
