@@ -109,8 +109,8 @@ def test_the_chief_waits_for_a_known_worker_as_long_as_a_trial_process_starts(
 ):
     """A worker that runs each trial in a fresh process asks for the next trial only
     once that process has started TensorFlow (13 CPU-s on a busy 2-core machine):
-    the chief, done, waits for it (a minute at most), then ends; with no worker left
-    to tell it ends at once."""
+    the chief, done, waits for it and ends once it is told; a worker that died
+    between trials (it never asks) keeps the chief a minute at most."""
 
     class Oracle:
         ongoing_trials: dict = {}
