@@ -91,17 +91,37 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     assert checkpoints == {f"trial_{trial_id}" for trial_id, _ in ran[1]}
 
 
-class _Clock:
-    """time.monotonic and time.sleep of rnnkit.tuning.cluster, simulated."""
+class _Oracle:
+    """What the chief's wait reads of Keras Tuner's oracle: the search is done and
+    one worker is known."""
+
+    ongoing_trials: dict = {}
+    trials: dict = {}
+    end_order: list = []
+    max_consecutive_failed_trials = 3
 
     def __init__(self) -> None:
-        self.now = 0.0
+        self.tuner_ids = {"worker-1"}
+
+
+class _Servicer:
+    stop_triggered = True
+
+
+class _Clock:
+    """time.monotonic and time.sleep of rnnkit.tuning.cluster, simulated: the
+    worker asks for another trial (and is told to stop) at `asks_at` seconds."""
+
+    def __init__(self, oracle: _Oracle, asks_at: float) -> None:
+        self.now, self.oracle, self.asks_at = 0.0, oracle, asks_at
 
     def monotonic(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+        if self.now >= self.asks_at:
+            self.oracle.tuner_ids = set()
 
 
 def test_the_chief_waits_for_a_known_worker_as_long_as_a_trial_process_starts(
@@ -111,36 +131,14 @@ def test_the_chief_waits_for_a_known_worker_as_long_as_a_trial_process_starts(
     once that process has started TensorFlow (13 CPU-s on a busy 2-core machine):
     the chief, done, waits for it and ends once it is told; a worker that died
     between trials (it never asks) keeps the chief a minute at most."""
-
-    class Oracle:
-        ongoing_trials: dict = {}
-        trials: dict = {}
-        end_order: list = []
-        max_consecutive_failed_trials = 3
-        tuner_ids = {"worker-1"}
-
-    class Servicer:
-        stop_triggered = True
-
-    clock = _Clock()
-    monkeypatch.setattr(tuning_cluster, "time", clock)
-    oracle = Oracle()
-
-    def worker_asks_after(seconds: float) -> None:
-        def sleep(step: float) -> None:
-            clock.now += step
-            if clock.now >= seconds:
-                oracle.tuner_ids = set()  # told to stop
-
-        monkeypatch.setattr(clock, "sleep", sleep)
-
-    worker_asks_after(30.0)  # a trial process's start, well past the old 10 s
-    done = tuning_cluster._wait_until_done(oracle, Servicer(), "a:1", 600)
-    assert done is None and 30.0 <= clock.now < 31.0
-    clock.now, oracle.tuner_ids = 0.0, {"worker-1"}
-    worker_asks_after(float("inf"))  # a worker that died between trials
-    tuning_cluster._wait_until_done(oracle, Servicer(), "a:1", 600)
-    assert tuning_cluster.STOP_GRACE_SECONDS <= clock.now < 61.0
+    grace = tuning_cluster.STOP_GRACE_SECONDS
+    # 30 s: a trial process's start, well past the 10 s the chief used to wait.
+    for asks_at, ends_within in ((30.0, (30.0, 31.0)), (float("inf"), (grace, 61.0))):
+        oracle = _Oracle()
+        clock = _Clock(oracle, asks_at)
+        monkeypatch.setattr(tuning_cluster, "time", clock)
+        assert tuning_cluster._wait_until_done(oracle, _Servicer(), "a:1", 600) is None
+        assert ends_within[0] <= clock.now < ends_within[1]
 
 
 def test_worker_without_a_chief_fails_within_its_timeout(tmp_path):
