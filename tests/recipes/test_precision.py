@@ -14,7 +14,6 @@ import pytest
 
 from rnnkit import config as config_lib
 from tests.cli_support import error_line, invoke
-from tests.shared_once import made_once
 from tests.smoke_runs import smoke_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,20 +83,16 @@ def _read(run_dir):
 
 @pytest.fixture(scope="module")
 def float32_runs(tmp_path_factory):
-    """The float32 run of each recipe, made once in the session: the docs' smoke run
-    itself (tests/smoke_runs.py) where the recipe's options here add nothing to it."""
+    """The float32 run of a recipe: the docs' smoke run itself (tests/smoke_runs.py,
+    made once in the session) where the recipe's options here add nothing to it,
+    else a run of its own (one test, one policy, asks for it)."""
 
     def get(name):
         if not RECIPES[name][0]:
             run = smoke_run(tmp_path_factory, name)
             assert run.exit_code == 0, run.output[-3000:]
             return _read(run.run_dir)
-        folder = made_once(
-            tmp_path_factory,
-            f"precision-float32-{name}",
-            lambda folder: _run(name, folder / "float32"),
-        )
-        return _read(folder / "float32")
+        return _run(name, tmp_path_factory.mktemp(f"precision-{name}") / "float32")
 
     return get
 
