@@ -109,4 +109,6 @@ def main(ctx: click.Context, verbose: bool) -> None:
     logger = logging.getLogger("rnnkit")
     if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
         logger.addHandler(_EchoHandler())
-        logger.setLevel(logging.INFO)
+    # Every command shows rnnkit's progress notes, whatever a caller in the same
+    # process (a test's log capture) left the level at after the first command.
+    logger.setLevel(logging.INFO)

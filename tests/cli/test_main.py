@@ -4,6 +4,7 @@ imports before a command needs them, no recipe named in the launcher."""
 from __future__ import annotations
 
 import ast
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,20 @@ def test_the_launcher_loads_no_recipe_by_name():
         if isinstance(node, ast.Constant) and node.value in names
     ]
     assert not named, named
+
+
+def test_every_command_shows_progress_notes_whatever_level_a_caller_left():
+    """A caller in the same process that put rnnkit's logger back to NOTSET after a
+    first command (tests/cli_support.Messages does) must not silence the next one's
+    INFO notes: the launcher sets the level on every command, not only when it adds
+    its handler."""
+    logger = logging.getLogger("rnnkit")
+    saved = logger.level
+    try:
+        for attempt in ("first command", "with the handler already added"):
+            logger.setLevel(logging.NOTSET)  # effective level: the root's WARNING
+            result = invoke("list")
+            assert result.exit_code == 0, result.output
+            assert logger.getEffectiveLevel() == logging.INFO, attempt
+    finally:
+        logger.setLevel(saved)
