@@ -103,7 +103,11 @@ def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa:
     # epoch, and a dataset that draws a new order per iterator (a seeded shuffle)
     # draws it per iterator: the loop takes as many, so that a shuffled epoch reads
     # the order one process's `fit` reads.
-    spare_iterators = _spare_iterators_per_epoch(data.train)
+    spare_iterators = (
+        0  # arrays: the loop batches them itself
+        if isinstance(data.train, tuple)
+        else max((_keras_private.fit_iterators_per_epoch(data.train) or 1) - 1, 0)
+    )
     for epoch in range(initial_epoch, config.train.epochs):
         callback_list.on_epoch_begin(epoch)
         for _ in range(spare_iterators if epoch > initial_epoch else 0):
@@ -136,16 +140,6 @@ def _fit(model, data, config, strategy, callbacks, verbose, keras, tf):  # noqa:
             break
     callback_list.on_train_end(logs)
     return model.history
-
-
-def _spare_iterators_per_epoch(split: Any) -> int:
-    """The iterators `Model.fit` takes of `split` each epoch beyond the one it
-    trains on (none for arrays, which the loop batches itself)."""
-    from rnnkit import _keras_private
-
-    if isinstance(split, tuple):
-        return 0
-    return max((_keras_private.fit_iterators_per_epoch(split) or 1) - 1, 0)
 
 
 def _steps(split: Any, batch_size: int) -> int | None:

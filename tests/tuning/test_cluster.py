@@ -95,12 +95,10 @@ class _Oracle:
     """What the chief's wait reads of Keras Tuner's oracle: the search is done and
     one worker is known."""
 
-    ongoing_trials: dict = {}
-    trials: dict = {}
-    end_order: list = []
     max_consecutive_failed_trials = 3
 
     def __init__(self) -> None:
+        self.ongoing_trials, self.trials, self.end_order = {}, {}, []
         self.tuner_ids = {"worker-1"}
 
 
