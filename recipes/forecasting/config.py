@@ -119,10 +119,12 @@ class ForecastingModelConfig(ModelConfig):
     decoder: str = field(
         "direct",
         help="direct: every step at once from the last state; recurrent: a "
-        "recurrent decoder over the horizon; autoregressive: a recurrent decoder "
+        "recurrent decoder over the horizon; segments: one recurrent step per "
+        "segment of model.segment_length output steps, all from the last state "
+        "(SegRNN's); autoregressive: a recurrent decoder "
         "that reads each step's previous value (the true one in training, its own "
         "median or sampled draw when forecasting; DeepAR's).",
-        choices=("direct", "recurrent", "autoregressive"),
+        choices=("direct", "recurrent", "segments", "autoregressive"),
     )
     likelihood: str = field(
         "quantile",
@@ -148,8 +150,8 @@ class ForecastingModelConfig(ModelConfig):
     scaling: str = field(
         "standard",
         help="Each window scaled by its own past: standard (mean, deviation), "
-        "mean_abs, or none.",
-        choices=("standard", "mean_abs", "none"),
+        "last (its last observed value, deviation), mean_abs, or none.",
+        choices=("standard", "last", "mean_abs", "none"),
     )
     quantiles: tuple[float, ...] = field(
         (0.025, 0.1, 0.5, 0.9, 0.975),
@@ -225,6 +227,12 @@ def check_values(config: ForecastingConfig) -> None:
             f"model.segment_length={m.segment_length} must divide "
             f"data.input_length={d.input_length}; pick a divisor (1 reads step by step)"
         )
+    if m.decoder == "segments" and d.horizon % m.segment_length:
+        raise ConfigError(
+            f"model.segment_length={m.segment_length} must divide "
+            f"data.horizon={d.horizon} with model.decoder=segments; pick a common "
+            "divisor of the input length and the horizon, or another decoder"
+        )
     quantiles = tuple(m.quantiles)
     if not quantiles:
         raise ConfigError("model.quantiles is empty; give at least one, such as 0.5")
@@ -250,7 +258,7 @@ def check_values(config: ForecastingConfig) -> None:
             f"evaluation.benchmarks names {', '.join(map(repr, unknown))}, not a "
             f"benchmark; choose from {', '.join(BASELINES)}"
         )
-    if m.likelihood == "negative_binomial" and m.scaling == "standard":
+    if m.likelihood == "negative_binomial" and m.scaling in ("standard", "last"):
         raise ConfigError(
             "model.likelihood=negative_binomial scales each window by a pure scale "
             "(its mean is that scale times a positive number); set "

@@ -135,12 +135,15 @@ class ForecastingRecipe(Recipe):
     ) -> ForecastingConfig:
         length = config.data.input_length
         segments = [s for s in (1, 12, 24, 48) if length % s == 0 and s <= length]
+        decoders = ["direct", "recurrent"]
+        if all(config.data.horizon % s == 0 for s in segments):
+            decoders.append("segments")  # its segments cut the horizon too
         return config.with_values(
             {
                 "model.cell_type": hp.Choice("cell_type", ["gru", "lstm"]),
                 "model.units": hp.Choice("units", [32, 64, 128]),
                 "model.segment_length": hp.Choice("segment_length", segments),
-                "model.decoder": hp.Choice("decoder", ["direct", "recurrent"]),
+                "model.decoder": hp.Choice("decoder", decoders),
                 "model.dropout": hp.Choice("dropout", [0.0, 0.1, 0.2]),
                 "train.learning_rate": hp.Float(
                     "learning_rate", 3e-4, 1e-2, sampling="log"

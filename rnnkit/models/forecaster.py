@@ -5,7 +5,8 @@ MQ-RNN and the M4 winner's ES-RNN are). Per window:
 
     past_target (batch, L), past_observed (batch, L)       1 where a value was seen
         -> WindowScaler: each window scaled by its own observed values only
-           (standard: minus its mean, over its standard deviation; mean_abs: over its
+           (standard: minus its mean, over its standard deviation; last: minus its
+           last observed value, over its standard deviation; mean_abs: over its
            mean absolute value), so no statistic comes from the span forecast
     [scaled target, observed, past covariates (normalised), past time features]
         -> segments of `segment_length` steps, each projected to `units` (SegRNN,
@@ -16,6 +17,10 @@ MQ-RNN and the M4 winner's ES-RNN are). Per window:
     decoder "recurrent": a second recurrent layer over the horizon, started from the
         encoder's state, reading each future step's time features and the series
         embedding, one (quantiles) output per step (the MQ-RNN decoder, Wen et al. 2017)
+    decoder "segments": the horizon cut into segments of `segment_length` steps, each
+        one recurrent step from the encoder's state reading an embedding of its
+        position, its steps' time features and the series embedding, all segments at
+        once (SegRNN's parallel multi-step decoder, `SegmentDecoder`)
     decoder "autoregressive": a recurrent layer that also reads the previous step's
         value: the true one in training (teacher forcing), its own median or sampled
         draw when forecasting (DeepAR, `rnnkit.models.likelihoods`)
@@ -40,142 +45,27 @@ from collections.abc import Sequence
 
 import keras
 import numpy as np
-from keras import ops
 
 from rnnkit.losses import LIKELIHOODS, PARAMETERS, check_likelihood
 from rnnkit.models._recurrent import recurrent_layer_class
+from rnnkit.models.forecaster_layers import (  # noqa: F401 - importable from here
+    SCALINGS,
+    CalendarTerms,
+    LastSteps,
+    SegmentDecoder,
+    WindowScaler,
+    _positive,
+    window_statistics,
+)
 from rnnkit.models.likelihoods import (
     AutoregressiveDecoder,
     OutputHeads,
     QuantileOutput,  # noqa: F401 - importable from here, where it was first
 )
 
-SCALINGS = ("standard", "mean_abs", "none")
 CALENDAR_LAYER = "calendar"
-DECODERS = ("direct", "recurrent", "autoregressive")
+DECODERS = ("direct", "recurrent", "autoregressive", "segments")
 ARCHITECTURES = ("recurrent", "linear")
-
-
-def window_statistics(values, observed, mode: str = "standard", minimum_scale=1e-3):
-    """(location, scale), each (batch, 1), of `WindowScaler` for (batch, steps)
-    `values` and `observed` (float32 tensors; keras ops, so an input pipeline can
-    weight each window's loss by one over its scale as the model scales it)."""
-    count = ops.maximum(ops.sum(observed, axis=-1, keepdims=True), 1.0)
-    mean_abs = ops.sum(ops.abs(values) * observed, axis=-1, keepdims=True) / count
-    floor = minimum_scale * (mean_abs + 1.0)
-    if mode == "standard":
-        location = ops.sum(values * observed, axis=-1, keepdims=True) / count
-        deviation = (values - location) * observed
-        variance = ops.sum(ops.square(deviation), axis=-1, keepdims=True) / count
-        return location, ops.maximum(ops.sqrt(variance), floor)
-    if mode == "mean_abs":
-        return ops.zeros_like(mean_abs), ops.maximum(mean_abs, floor)
-    return ops.zeros_like(mean_abs), ops.ones_like(mean_abs)
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
-class WindowScaler(keras.layers.Layer):
-    """Scales each window by statistics of its own observed values.
-
-    Call it on `[values, observed]`, both (batch, steps); `observed` is 1 where the
-    value was seen and 0 where it is missing (a missing value must be a finite
-    placeholder, such as 0). Returns `[scaled, location, scale]`: `scaled` (batch,
-    steps) is `(values - location) / scale` at observed steps and 0 at missing ones;
-    `location` and `scale` are (batch, 1).
-
-    Args:
-        mode: "standard" (location the observed mean, scale the observed standard
-            deviation), "mean_abs" (location 0, scale the observed mean absolute
-            value; DeepAR's) or "none" (0 and 1).
-        minimum_scale: the smallest scale, relative to the window's mean absolute
-            value plus one, so that a constant window does not divide by zero.
-    """
-
-    def __init__(self, mode: str = "standard", minimum_scale: float = 1e-3, **kwargs):
-        super().__init__(**kwargs)
-        if mode not in SCALINGS:
-            raise ValueError(
-                f"Argument `mode` must be one of {SCALINGS}, received {mode!r}."
-            )
-        self.mode = mode
-        self.minimum_scale = float(minimum_scale)
-
-    def call(self, inputs):
-        values, observed = inputs
-        values = ops.cast(values, "float32")
-        observed = ops.cast(observed, "float32")
-        location, scale = window_statistics(
-            values, observed, self.mode, self.minimum_scale
-        )
-        scaled = (values - location) / scale * observed
-        return [scaled, location, scale]
-
-    def compute_output_shape(self, input_shape):
-        shape = tuple(input_shape[0])
-        return [shape, (shape[0], 1), (shape[0], 1)]
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(mode=self.mode, minimum_scale=self.minimum_scale)
-        return config
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
-class CalendarTerms(keras.layers.Layer):
-    """Calendar terms passed through unchanged, their periods kept in the model.
-
-    The forecaster's `past_time` and `future_time` inputs hold, for each period p (in
-    steps), sin and cos of 2 pi (t mod p) / p at each step t. The model cannot make
-    them itself from a window, so whoever feeds it (the recipe's `predict`, an
-    exported model's caller) must know the periods: this layer records them in the
-    saved model (`layers_named(model, CALENDAR_LAYER)`), where the data that trained
-    it need not be at hand.
-
-    Args:
-        periods: the periods, in steps; the inputs' last axis is 2 x len(periods).
-    """
-
-    def __init__(self, periods: Sequence[float] = (), **kwargs):
-        super().__init__(**kwargs)
-        self.periods = tuple(float(p) for p in periods)
-
-    def build(self, input_shape):
-        if input_shape[-1] is not None and input_shape[-1] != 2 * len(self.periods):
-            raise ValueError(
-                f"CalendarTerms of periods {self.periods} reads "
-                f"{2 * len(self.periods)} terms per step (sin, cos of each), "
-                f"received inputs of shape {input_shape}."
-            )
-
-    def call(self, inputs):
-        return inputs
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        return {**super().get_config(), "periods": list(self.periods)}
-
-
-@keras.saving.register_keras_serializable(package="rnnkit")
-class LastSteps(keras.layers.Layer):
-    """The last `steps` steps (axis 1) of its input: a window cut to a shorter
-    model's input length (the members of an ensemble read windows of their own
-    lengths from one longest window)."""
-
-    def __init__(self, steps: int, **kwargs):
-        super().__init__(**kwargs)
-        _positive("steps", steps)
-        self.steps = int(steps)
-
-    def call(self, inputs):
-        return inputs[:, -self.steps :]
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], self.steps, *input_shape[2:])
-
-    def get_config(self):
-        return {**super().get_config(), "steps": self.steps}
 
 
 def layers_where(model: keras.Model, wanted) -> list[keras.layers.Layer]:
@@ -193,13 +83,6 @@ def layers_where(model: keras.Model, wanted) -> list[keras.layers.Layer]:
 def layers_named(model: keras.Model, name: str) -> list[keras.layers.Layer]:
     """The layers called `name` in `model` and in the models inside it."""
     return layers_where(model, lambda layer: layer.name == name)
-
-
-def _positive(name: str, value) -> None:
-    if not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(
-            f"Argument `{name}` must be a positive integer, received {name}={value!r}."
-        )
 
 
 def build_forecaster(
@@ -251,12 +134,13 @@ def build_forecaster(
         cell_type: a registered recurrent layer ("lstm", "gru", ...).
         units: width of the segment projection and of every recurrent layer.
         num_layers: stacked recurrent layers of the encoder.
-        segment_length: steps per segment; must divide `input_length`.
-        decoder: "direct", "recurrent" or "autoregressive" (see the module
-            docstring).
+        segment_length: steps per segment; must divide `input_length` (and the
+            horizon, with the "segments" decoder).
+        decoder: "direct", "recurrent", "segments" or "autoregressive" (see the
+            module docstring).
         hidden_units: width of the direct decoder's hidden layer (0: `2 * units`).
         dropout: dropout rate before the decoder's output layer.
-        scaling: `WindowScaler` mode: "standard", "mean_abs" or "none".
+        scaling: `WindowScaler` mode: "standard", "last", "mean_abs" or "none".
         architecture: "recurrent" (the encoder and decoder above) or "linear" (one
             `Dense` from the scaled window to the quantiles; the other inputs and
             the recurrent arguments are not used).
@@ -313,11 +197,17 @@ def build_forecaster(
             f"Argument `decoder` must be one of {DECODERS}, received {decoder!r}."
         )
     check_likelihood(likelihood, LIKELIHOODS)
-    if likelihood == "negative_binomial" and scaling == "standard":
+    if likelihood == "negative_binomial" and scaling in ("standard", "last"):
         raise ValueError(
             "Argument `scaling` must be 'mean_abs' or 'none' with the negative "
             "binomial likelihood (its mean is the window's scale times a positive "
-            "number), received scaling='standard'."
+            f"number), received scaling={scaling!r}."
+        )
+    if decoder == "segments" and horizon % segment_length:
+        raise ValueError(
+            "Argument `segment_length` must divide `horizon` with the segments "
+            f"decoder, received segment_length={segment_length} and "
+            f"horizon={horizon}."
         )
     if decoder == "autoregressive" and (architecture == "linear" or dropout):
         raise ValueError(
@@ -435,6 +325,34 @@ def build_forecaster(
         flat = keras.layers.Dense(horizon * per_step_outputs, name="decoder_output")(
             context
         )
+        raw = keras.layers.Reshape((horizon, per_step_outputs), name="forecast_grid")(
+            flat
+        )
+        return heads.models(raw, name, return_training_model)
+    if decoder == "segments":
+        count = horizon // segment_length
+        known = []
+        if future_time is not None:
+            known.append(
+                keras.layers.Reshape(
+                    (count, segment_length * future_time.shape[-1]),
+                    name="future_time_segments",
+                )(future_time)
+            )
+        known += [keras.layers.RepeatVector(count)(part) for part in static]
+        steps_in = (
+            keras.layers.Concatenate(name="decoder_inputs")(known)
+            if len(known) > 1
+            else (known[0] if known else None)
+        )
+        decoded = SegmentDecoder(
+            cell_type, units, count, max(units // 2, 1), name="decoder"
+        )(states, steps=steps_in)
+        if dropout:
+            decoded = keras.layers.Dropout(dropout, seed=seed, name="dropout")(decoded)
+        flat = keras.layers.Dense(
+            segment_length * per_step_outputs, name="decoder_output"
+        )(decoded)
         raw = keras.layers.Reshape((horizon, per_step_outputs), name="forecast_grid")(
             flat
         )

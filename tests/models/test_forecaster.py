@@ -8,21 +8,29 @@ import numpy as np
 import pytest
 
 from rnnkit.losses import QuantileLoss
-from rnnkit.models.forecaster import QuantileOutput, WindowScaler, build_forecaster
+from rnnkit.models.forecaster import (
+    QuantileOutput,
+    SegmentDecoder,
+    WindowScaler,
+    build_forecaster,
+)
 
 
 def numpy_statistics(values, observed, mode, minimum_scale=1e-3):
-    """Per row: the observed values' mean and standard deviation (standard), 0 and
-    their mean absolute value (mean_abs), or 0 and 1; the floor is minimum_scale
-    times one plus the mean absolute value."""
+    """Per row: the observed values' mean and standard deviation (standard), the last
+    observed value and that deviation (last), 0 and their mean absolute value
+    (mean_abs), or 0 and 1; the floor is minimum_scale times one plus the mean
+    absolute value."""
     locations, scales = [], []
     for row, seen in zip(values, observed.astype(bool), strict=True):
         kept = row[seen]
         mean_abs = np.abs(kept).mean() if kept.size else 0.0
         floor = minimum_scale * (mean_abs + 1.0)
-        if mode == "standard":
+        if mode in ("standard", "last"):
             location = kept.mean() if kept.size else 0.0
             scale = max(kept.std() if kept.size else 0.0, floor)
+            if mode == "last":
+                location = kept[-1] if kept.size else 0.0
         elif mode == "mean_abs":
             location, scale = 0.0, max(mean_abs, floor)
         else:
@@ -32,13 +40,14 @@ def numpy_statistics(values, observed, mode, minimum_scale=1e-3):
     return np.array(locations)[:, None], np.array(scales)[:, None]
 
 
-@pytest.mark.parametrize("mode", ["standard", "mean_abs", "none"])
+@pytest.mark.parametrize("mode", ["standard", "last", "mean_abs", "none"])
 def test_window_scaler_matches_numpy_and_ignores_missing_values(mode):
     rng = np.random.default_rng(0)
     values = rng.normal(50, 10, (4, 12)).astype("float32")
     observed = np.ones_like(values)
     observed[1, :5] = 0.0  # a short series' padding
     observed[2, 7] = 0.0  # a gap
+    observed[0, -2:] = 0.0  # the last values missing
     values[observed == 0] = 1e6  # whatever sits there must not count
     values[3] = 7.0  # a constant window: the floor, not a division by zero
     scaled, location, scale = WindowScaler(mode)([values, observed])
@@ -74,7 +83,7 @@ def inputs(batch=5, length=48, horizon=12, features=4, covariates=2):
     }
 
 
-@pytest.mark.parametrize("decoder", ["direct", "recurrent"])
+@pytest.mark.parametrize("decoder", ["direct", "recurrent", "segments"])
 def test_forecaster_trains_reloads_and_forecasts_sorted_quantiles(decoder, tmp_path):
     keras.utils.set_random_seed(0)
     model = build_forecaster(
@@ -123,6 +132,10 @@ def test_forecaster_scales_with_its_input():
         ({"architecture": "mlp"}, "must be one of"),
         ({"past_covariates": 2}, "covariate_mean"),
         ({"horizon": 0}, "positive integer"),
+        (
+            {"decoder": "segments", "segment_length": 4, "horizon": 6},
+            "divide `horizon`",
+        ),
         ({"time_features": 2, "time_periods": (24.0, 168.0)}, "2 x len\\(time_periods"),
     ],
 )
@@ -147,3 +160,34 @@ def test_linear_architecture_is_one_linear_map_of_the_scaled_window():
     grid = (((values - mean) / std) @ kernel + bias).reshape(-1, 3, 3)
     expected = np.sort(grid, axis=-1) * std[:, :, None] + mean[:, :, None]
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cell_type", ["gru", "lstm"])
+def test_segment_decoder_is_one_step_per_segment_from_the_encoder_state(cell_type):
+    """Segment j's output is one step of the decoder's recurrent layer, started from
+    the encoder's states, reading [position embedding j, segment j's features],
+    whatever the other segments read."""
+    rng = np.random.default_rng(3)
+    batch, count, units, features = 4, 3, 5, 2
+    decoder = SegmentDecoder(cell_type, units, count, position_dim=6)
+    states = [
+        rng.normal(size=(batch, units)).astype("float32")
+        for _ in range(2 if cell_type == "lstm" else 1)
+    ]
+    steps = rng.normal(size=(batch, count, features)).astype("float32")
+    result = keras.ops.convert_to_numpy(decoder(states, steps=steps))
+    assert result.shape == (batch, count, units)
+    positions = keras.ops.convert_to_numpy(decoder.positions)
+    for j in range(count):
+        read = np.concatenate(
+            [np.repeat(positions[j][None], batch, 0), steps[:, j]], -1
+        )
+        one = decoder.recurrent(read[:, None, :], initial_state=states)
+        np.testing.assert_allclose(result[:, j], one, rtol=1e-5, atol=1e-6)
+    changed = steps.copy()
+    changed[:, 0] += 1.0
+    again = keras.ops.convert_to_numpy(decoder(states, steps=changed))
+    np.testing.assert_allclose(again[:, 1:], result[:, 1:], rtol=1e-6)
+    assert not np.allclose(again[:, 0], result[:, 0])
+    without = SegmentDecoder(cell_type, units, count, position_dim=6)
+    assert keras.ops.convert_to_numpy(without(states)).shape == (batch, count, units)

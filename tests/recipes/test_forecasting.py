@@ -140,6 +140,10 @@ def test_weighted_quantile_loss_and_interval_ends():
             {"model.segment_length": 7},
             "model.segment_length=7 must divide data.input_length=96",
         ),
+        (
+            {"model.decoder": "segments", "data.horizon": 36},
+            "model.segment_length=24 must divide data.horizon=36 with model.decoder=s",
+        ),
         ({"model.quantiles": (0.5, 0.5)}, "repeats a level"),
         ({"data.test_path": "test.csv"}, "set data.path too"),
         (
@@ -385,6 +389,7 @@ def test_the_sp500_config_tests_the_last_year_of_every_ticker_by_the_week():
 
 
 def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
+    """And the segments decoder only where each of them divides the horizon too."""
     import keras_tuner
 
     for length, offered in ((96, [1, 12, 24, 48]), (100, [1])):
@@ -396,6 +401,15 @@ def test_the_search_space_offers_only_segment_lengths_that_divide_the_input():
         assert list(choice.values) == offered
     names = {p.name for p in hp.space}
     assert {"cell_type", "units", "segment_length", "decoder", "learning_rate"} <= names
+    for horizon, decoders in ((48, ["direct", "recurrent", "segments"]), (7, None)):
+        hp = keras_tuner.HyperParameters()
+        recipe.search_space(hp, smoke(**{"data.horizon": horizon}))
+        choice = next(p for p in hp.space if p.name == "decoder")
+        assert list(choice.values) == (decoders or ["direct", "recurrent"])
+    for decoder in ("segments", "direct"):  # every draw is a valid config
+        hp = keras_tuner.HyperParameters()
+        hp.Fixed("decoder", decoder)
+        recipe.check_config(recipe.search_space(hp, smoke()))
 
 
 def test_backtest_folds_hold_out_the_spans_before_the_test_span(smoke_data):

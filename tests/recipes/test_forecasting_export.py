@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 from rnnkit_recipes.forecasting.export import SERIES_FILE, export_plan, index_model
 from rnnkit_recipes.forecasting.recipe import ForecastingRecipe
 
@@ -99,3 +100,36 @@ def test_the_calendar_periods_come_from_the_model_not_the_data():
     )
     plan = export_plan(model, config, "saved_model")
     assert plan.notes["periods"] == [24.0, 168.0]
+
+
+@pytest.mark.parametrize("format", ["tflite", "onnx"])
+def test_the_segment_decoder_and_last_value_scaling_convert(format):
+    """ETTh1's model (SegRNN's segment decoder, each window minus its last observed
+    value) converts with LiteRT's builtin ops and to ONNX and gives the Keras
+    model's quantiles, windows whose last values are missing included."""
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tf2onnx")
+    from rnnkit.export import portable
+    from rnnkit.export.runtimes import run_onnx, run_tflite
+
+    keras.utils.set_random_seed(5)
+    model = build_forecaster(
+        input_length=8, horizon=8, quantiles=(0.1, 0.5, 0.9), time_features=2,
+        series_ids=IDS, embedding_dim=3, units=6, segment_length=4,
+        decoder="segments", scaling="last", dropout=0.5,
+    )  # fmt: skip
+    recipe = ForecastingRecipe()
+    config = config_lib.resolve(recipe.Config, None, {"data.frequency": "h"})
+    (artefact,) = export_plan(model, config, format).artefacts
+    data = portable.convert(artefact, format)
+    inputs = _inputs(IDS)
+    inputs["future_time"] = np.concatenate([inputs["future_time"]] * 2, axis=1)
+    inputs["past_observed"][1, -2:] = 0.0  # the last two values missing
+    inputs["past_observed"][2, 3] = 0.0  # a gap
+    inputs["past_target"][inputs["past_observed"] == 0] = 0.0
+    expected = np.asarray(model(inputs))
+    given = {k: v for k, v in inputs.items() if k != "series"}
+    given["series_index"] = np.arange(1, len(IDS) + 1, dtype="int32")
+    (actual,) = (run_tflite if format == "tflite" else run_onnx)(data, given)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-4)
