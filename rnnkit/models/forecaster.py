@@ -64,7 +64,7 @@ from rnnkit.models.likelihoods import (
 )
 
 CALENDAR_LAYER = "calendar"
-DECODERS = ("direct", "recurrent", "autoregressive", "segments")
+DECODERS = ("direct", "recurrent", "segments", "autoregressive")
 ARCHITECTURES = ("recurrent", "linear")
 
 

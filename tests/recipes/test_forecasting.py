@@ -329,6 +329,34 @@ def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
     )
 
 
+def test_the_etth1_ensemble_is_three_seeds_of_the_shipped_etth1_config():
+    """The README's ETTh1 ensemble: three runs of configs/etth1.toml that differ in
+    their seed and run directory only, then `rnnkit ensemble` of those directories."""
+    import shlex
+
+    from tests.markdown_examples import shell_commands
+
+    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
+    section = readme[readme.index("### ETTh1") : readme.index("### S&P 500")]
+    *runs, joined = map(
+        shlex.split, shell_commands(section.split("```bash")[2].split("```")[0])
+    )
+    assert len(runs) == 3
+    run_dirs, seeds = [], set()
+    for words in runs:
+        assert words[:5] == [
+            "rnnkit", "run", "forecasting", "--config",
+            "recipes/forecasting/configs/etth1.toml",
+        ]  # fmt: skip
+        options = dict(zip(words[5::2], words[6::2], strict=True))
+        assert len(words) == 9 and set(options) == {"--seed", "--run-dir"}
+        run_dirs.append(options["--run-dir"])
+        seeds.add(options["--seed"])
+    assert len(seeds) == 3 and len(set(run_dirs)) == 3
+    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:5] == run_dirs
+    assert joined[5:] == ["--run-dir", joined[-1]] and joined[-1] not in run_dirs
+
+
 @pytest.mark.parametrize(
     "heading, config", [("### ETTh1", "etth1.toml"), ("### S&P 500", "sp500.toml")]
 )
