@@ -11,6 +11,7 @@ from rnnkit.layers.bahdanau_attention import BahdanauAttention
 from rnnkit.layers.dot_product_attention import DotProductAttention
 from rnnkit.layers.gru import GRU, GRUCell
 from rnnkit.layers.lstm import LSTM, LSTMCell
+from rnnkit.layers.min_rnn import MinGRU, MinGRUCell, MinLSTM, MinLSTMCell
 from rnnkit.layers.multi_head_attention import MultiHeadAttention
 from rnnkit.layers.positional_encoding import PositionalEncoding
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer

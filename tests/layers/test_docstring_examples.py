@@ -10,6 +10,7 @@ MODULES = [
     "rnnkit.layers.simple_rnn",
     "rnnkit.layers.lstm",
     "rnnkit.layers.gru",
+    "rnnkit.layers.min_rnn",
     "rnnkit.layers.bahdanau_attention",
     "rnnkit.layers.dot_product_attention",
     "rnnkit.layers.multi_head_attention",

@@ -9,6 +9,8 @@ from rnnkit import registry as recipe_registry
 from rnnkit.layers import (
     GRU,
     LSTM,
+    MinGRU,
+    MinLSTM,
     SimpleRNN,
     get_recurrent,
     get_recurrent_cell,
@@ -31,7 +33,10 @@ def test_the_installed_names_are_rnnkits_layers():
 
 
 def test_the_cell_counterpart_is_the_layers_cell_class():
-    for name, layer_cls in (("lstm", LSTM), ("gru", GRU), ("simple_rnn", SimpleRNN)):
+    for name, layer_cls in (
+        ("lstm", LSTM), ("gru", GRU), ("simple_rnn", SimpleRNN),
+        ("mingru", MinGRU), ("minlstm", MinLSTM),
+    ):  # fmt: skip
         assert get_recurrent_cell(name) is layer_cls.cell_class
         assert isinstance(layer_cls(2).cell, get_recurrent_cell(name))
 
@@ -41,7 +46,7 @@ def test_an_unknown_name_suggests_the_nearest_and_lists_all():
         get_recurrent("lstn")
     message = str(error.value)
     assert "did you mean 'lstm'?" in message
-    assert "known: gru, lstm, simple_rnn" in message
+    assert "known: gru, lstm, mingru, minlstm, simple_rnn" in message
     with pytest.raises(ValueError, match="unknown recurrent layer 'transformer'"):
         get_recurrent_cell("transformer")
 

@@ -1,0 +1,256 @@
+"""minGRU and minLSTM (Feng et al., 2024): a GRU and an LSTM whose gates read the
+input only, so that a whole sequence trains with a parallel scan.
+
+    minGRU:  z_t = sigmoid(x_t W_z + b_z)            h~_t = phi(x_t W_h + b_h)
+             h_t = (1 - z_t) * h_{t-1} + z_t * h~_t
+    minLSTM: f_t = sigmoid(x_t W_f + b_f)            i_t = sigmoid(x_t W_i + b_i)
+             f'_t = f_t / (f_t + i_t)                i'_t = i_t / (f_t + i_t)
+             h_t = f'_t * h_{t-1} + i'_t * h~_t      (h~_t as minGRU's)
+
+with phi linear by default, as in the paper. Neither gate reads h_{t-1}, so every
+step's a_t and b_t of h_t = a_t * h_{t-1} + b_t come from the inputs at once and the
+states from `rnnkit.layers.scan.linear_scan`. The same cells also run one step at a
+time (`step`), which is what `scan="sequential"`, export and a step of generation use.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from rnnkit.layers import _export
+from rnnkit.layers._cell_math import STATE_DTYPE
+from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
+from rnnkit.layers.scan import METHODS, linear_scan
+
+
+class _InputGatedCell(RecurrentCell):
+    """A cell whose gates read x_t only: `kernel` holds the gates' blocks side by
+    side (Keras' layout), there is no `recurrent_kernel`, and `coefficients` gives a
+    whole sequence's a_t and b_t."""
+
+    def __init__(self, units, activation="linear", recurrent_dropout=0.0, **kwargs):
+        if recurrent_dropout:
+            raise ValueError(
+                f"{type(self).__name__} has no recurrent weights, so no "
+                f"recurrent_dropout (received {recurrent_dropout!r}): use `dropout`, "
+                "which drops inputs."
+            )
+        super().__init__(units, activation=activation, **kwargs)
+        self.state_size = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(
+            shape=(input_shape[-1], self.units * self.num_gates),
+            name="kernel",
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self._add_bias((self.units * self.num_gates,), self.bias_initializer)
+
+    def gate_weights(self):
+        """Each gate's [W_g; b_g], in the compute dtype (no recurrent blocks)."""
+        biases = (
+            self._split_gates(self.bias) if self.use_bias else [None] * self.num_gates
+        )
+        return [
+            self._with_bias_row(kernel, bias)
+            for kernel, bias in zip(self._split_gates(self.kernel), biases, strict=True)
+        ]
+
+    def projections(self, inputs):
+        """x W_g + b_g for every gate, over a whole sequence (or one step)."""
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        projected = ops.matmul(ops.cast(inputs, self.compute_dtype), kernel)
+        if self.use_bias:
+            projected = projected + ops.cast(self.bias, self.compute_dtype)
+        return ops.split(projected, self.num_gates, axis=-1)
+
+    def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
+        """One step: `inputs` is [x_t, 1]; h_t = a_t * h_{t-1} + b_t."""
+        (h_prev,) = states
+        x_t = inputs if input_mask is None else inputs * input_mask
+        projected = [ops.matmul(x_t, weight) for weight in weights]
+        a_t, b_t = self.decay_and_input(projected)
+        h_t = a_t * h_prev + b_t
+        return ops.cast(h_t, self.compute_dtype), [h_t]
+
+    def coefficients(self, inputs, log=False):
+        """The a_t (or log a_t) and b_t of every step of `inputs`, float32."""
+        projected = self.projections(inputs)
+        if log:
+            return self.log_decay(projected), self.decay_and_input(projected)[1]
+        return self.decay_and_input(projected)
+
+    def candidate(self, projected):
+        """h~_t = phi(x_t W_h + b_h), float32."""
+        return ops.cast(self.activation(projected), STATE_DTYPE)
+
+    def get_config(self):
+        config = super().get_config()
+        for key in (
+            "recurrent_initializer",
+            "recurrent_regularizer",
+            "recurrent_constraint",
+            "recurrent_dropout",
+        ):
+            config.pop(key)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class MinGRUCell(_InputGatedCell):
+    """One step of minGRU (Feng et al., 2024): `kernel` is [W_z W_h], `bias`
+    [b_z b_h]; h_t = (1 - z_t) * h_{t-1} + z_t * phi(x_t W_h + b_h).
+
+    Args:
+        units: Positive integer, the size of the state.
+        activation: phi of the candidate state. Default: linear (the paper's).
+        use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
+            bias_regularizer, kernel_constraint, bias_constraint, dropout, seed:
+            As for `GRUCell` (there are no recurrent weights).
+    """
+
+    num_gates = 2
+
+    def decay_and_input(self, projected):
+        gate, candidate = projected
+        z = ops.sigmoid(ops.cast(gate, STATE_DTYPE))
+        return 1.0 - z, z * self.candidate(candidate)
+
+    def log_decay(self, projected):
+        # log(1 - sigmoid(g)) = -softplus(g), without rounding 1 - z to 0.
+        return -ops.softplus(ops.cast(projected[0], STATE_DTYPE))
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class MinLSTMCell(_InputGatedCell):
+    """One step of minLSTM (Feng et al., 2024): `kernel` is [W_f W_i W_h], `bias`
+    [b_f b_i b_h]; the forget and input gates normalised to sum to one,
+    h_t = f'_t * h_{t-1} + i'_t * phi(x_t W_h + b_h).
+
+    Args: as for `MinGRUCell`.
+    """
+
+    num_gates = 3
+
+    def decay_and_input(self, projected):
+        forget, update, candidate = projected
+        f = ops.sigmoid(ops.cast(forget, STATE_DTYPE))
+        i = ops.sigmoid(ops.cast(update, STATE_DTYPE))
+        total = f + i
+        return f / total, (i / total) * self.candidate(candidate)
+
+    def log_decay(self, projected):
+        # log f' = log f - log(f + i), with log sigmoid(g) = -softplus(-g).
+        log_f = -ops.softplus(-ops.cast(projected[0], STATE_DTYPE))
+        log_i = -ops.softplus(-ops.cast(projected[1], STATE_DTYPE))
+        return log_f - ops.logaddexp(log_f, log_i)
+
+
+# The arguments that belong to the layer; the others are the cell's.
+_LAYER_OPTIONS = (
+    "return_sequences", "return_state", "go_backwards", "stateful", "unroll",
+    "zero_output_for_mask", "use_cudnn", "jit_compile", "batch_shards",
+    "activity_regularizer", "name", "dtype", "trainable",
+)  # fmt: skip
+
+
+class _ScanLayer(RecurrentLayer):
+    """A `RecurrentLayer` whose cell's gates read the input only: a call runs the
+    parallel scan (`scan`), and the cell's step loop where it is asked for
+    (`scan="sequential"`) or traced for export."""
+
+    def __init__(self, units, scan="parallel", **kwargs):
+        if scan not in METHODS:
+            raise ValueError(
+                f"Argument `scan` must be one of {METHODS}, received scan={scan!r}."
+            )
+        options = {key: kwargs.pop(key) for key in _LAYER_OPTIONS if key in kwargs}
+        cell = self.cell_class(
+            units,
+            dtype=options.get("dtype"),
+            trainable=options.get("trainable", True),
+            name=f"{self.cell_class.__name__[:-4].lower()}_cell",
+            **kwargs,
+        )
+        super().__init__(cell, **options)
+        self.scan = scan
+
+    def inner_loop(self, sequences, initial_state, mask, training=False):
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        if self.scan == "sequential" or _export.active():
+            return super().inner_loop(sequences, initial_state, mask, training)
+        self.execution_path = f"{self.scan} scan: the gates read the inputs only"
+        return self._scan(sequences, initial_state[0], mask, training)
+
+    def _scan(self, sequences, h_0, mask, training):
+        """Keras' (last output, outputs, states) of the loop, from one scan."""
+        cell = self.cell
+        if self.go_backwards:
+            sequences = ops.flip(sequences, axis=1)
+            mask = None if mask is None else ops.flip(mask, axis=1)
+        input_mask, _ = cell.dropout_masks(sequences[:, 0, :], h_0, training)
+        if input_mask is not None:
+            sequences = sequences * ops.expand_dims(input_mask, 1)
+        a, b = cell.coefficients(sequences, log=self.scan == "log")
+        if mask is not None:
+            # A masked step keeps the state: a_t = 1 (log a_t = 0), b_t = 0.
+            keep = ops.expand_dims(ops.cast(mask, STATE_DTYPE), -1)
+            a = a * keep if self.scan == "log" else a * keep + (1.0 - keep)
+            b = b * keep
+        h = linear_scan(a, b, ops.cast(h_0, STATE_DTYPE), method=self.scan)
+        outputs = h
+        if mask is not None:
+            # As Keras' loop: a masked step outputs zeros (zero_output_for_mask) or
+            # the previous output, which is zeros before the first unmasked step.
+            shown = keep if self.zero_output_for_mask else ops.cumsum(keep, axis=1) > 0
+            outputs = ops.where(shown, h, 0.0)
+        outputs = ops.cast(outputs, cell.compute_dtype)
+        return outputs[:, -1], outputs, [h[:, -1]]
+
+    def get_config(self):
+        return {**super().get_config(), "scan": self.scan}
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class MinGRU(_ScanLayer):
+    """minGRU over a sequence (Feng et al., 2024, "Were RNNs All We Needed?").
+
+    `MinGRUCell`'s recurrence h_t = (1 - z_t) * h_{t-1} + z_t * h~_t, whose gate and
+    candidate read x_t only, run for the whole sequence as one scan
+    (`rnnkit.layers.scan.linear_scan`): no loop over time in training. Masks,
+    `return_sequences`, `return_state`, initial states, `stateful`, `go_backwards`
+    and `keras.layers.Bidirectional` work as for `GRU`.
+
+    Args:
+        units, activation, use_bias, kernel_initializer, bias_initializer,
+            kernel_regularizer, bias_regularizer, kernel_constraint,
+            bias_constraint, dropout, seed: As for `MinGRUCell`.
+        scan: "parallel" (default: a prefix scan), "log" (the same in log space,
+            Heinsen's form) or "sequential" (the cell's step loop, as `GRU` runs).
+        return_sequences, return_state, go_backwards, stateful, unroll,
+            activity_regularizer: As for `GRU` (`unroll` for `scan="sequential"`).
+
+    Call arguments, returns: as for `GRU`.
+
+    Example:
+    >>> tuple(MinGRU(4, return_sequences=True)(np.zeros((2, 10, 8))).shape)
+    (2, 10, 4)
+    """
+
+    cell_class = MinGRUCell
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class MinLSTM(_ScanLayer):
+    """minLSTM over a sequence (Feng et al., 2024): `MinLSTMCell`'s recurrence, run
+    as one scan like `MinGRU`, with the same arguments. One state, h_t (the paper
+    drops the LSTM's output gate and its cell state)."""
+
+    cell_class = MinLSTMCell
+
+
+__all__ = ["MinGRU", "MinGRUCell", "MinLSTM", "MinLSTMCell"]

@@ -1,0 +1,268 @@
+"""minGRU and minLSTM against their equations in numpy, the parallel and log-space
+scans against the step loop, and the recurrent-layer contract (rnnkit.testing)."""
+
+import keras
+import numpy as np
+import pytest
+
+from rnnkit.layers.min_rnn import MinGRU, MinGRUCell, MinLSTM, MinLSTMCell
+from rnnkit.layers.scan import linear_scan
+from rnnkit.testing import recurrent as checks
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _activation(options):
+    name = options.get("activation", "linear")
+    return {"linear": lambda v: v, "tanh": np.tanh}[name]
+
+
+def min_forward(gates):
+    """numpy_forward of a cell whose gates read x_t only; `gates(projected)` gives
+    the step's (a_t, b_t) from the gates' projections, phi applied last."""
+
+    def forward(x, weights, initial, mask, options):
+        kernel, *bias = weights
+        projected = x @ kernel + (bias[0] if bias else 0.0)  # (batch, steps, k u)
+        units = kernel.shape[1] // len(gates.blocks)
+        h = initial[0] if initial else np.zeros((len(x), units))
+        outputs = []
+        for t in range(x.shape[1]):
+            blocks = np.split(projected[:, t], len(gates.blocks), axis=1)
+            a, b = gates(blocks, _activation(options))
+            h_t = a * h + b
+            h = h_t if mask is None else np.where(mask[:, t, None], h_t, h)
+            outputs.append(h)
+        outputs = np.stack(outputs, axis=1)
+        return outputs[:, ::-1] if options.get("go_backwards") else outputs
+
+    return forward
+
+
+def min_gru_gates(blocks, phi):
+    z = _sigmoid(blocks[0])
+    return 1.0 - z, z * phi(blocks[1])
+
+
+def min_lstm_gates(blocks, phi):
+    f, i = _sigmoid(blocks[0]), _sigmoid(blocks[1])
+    return f / (f + i), i / (f + i) * phi(blocks[2])
+
+
+min_gru_gates.blocks = ("z", "h")
+min_lstm_gates.blocks = ("f", "i", "h")
+
+FAMILIES = {
+    "mingru": (MinGRU, MinGRUCell, min_forward(min_gru_gates)),
+    "minlstm": (MinLSTM, MinLSTMCell, min_forward(min_lstm_gates)),
+}
+
+
+# The public contract, as for LSTM and GRU: the equations (outputs and gradients),
+# masks, initial and streamed states, Bidirectional, keras.layers.RNN, the config
+# and a reload in a fresh process, both mixed precisions, training, LiteRT and ONNX.
+@pytest.mark.parametrize(
+    "name, check",
+    [
+        pytest.param(name, check, id=f"{family}-{name}")
+        for family, (layer, cell, forward) in FAMILIES.items()
+        # config_round_trip sets recurrent_dropout, which these cells refuse (no
+        # recurrent weights): test_the_config_round_trips stands in for it.
+        for name, check in checks.recurrent_layer_checks(
+            layer, numpy_forward=forward, cell_class=cell, skip=["config_round_trip"]
+        )
+    ],
+)
+def test_the_recurrent_layer_contract(name, check):
+    check()
+
+
+def _reference_scan(a, b, h0):
+    h, out = h0.astype(np.float64), []
+    for t in range(a.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        out.append(h)
+    return np.stack(out, axis=1)
+
+
+@pytest.mark.parametrize("length", ["static", "dynamic"])
+@pytest.mark.parametrize("method", ["parallel", "sequential", "log"])
+@pytest.mark.parametrize("steps", [1, 7, 64, 301])
+def test_every_scan_form_computes_the_recurrence(method, steps, length):
+    """h_t = a_t h_{t-1} + b_t against a float64 loop, outputs and gradients (of
+    a, b and h_0), over lengths odd and even, known when traced or not (a graph of
+    `keras.Input((None, features))`)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(steps)
+    a = rng.uniform(0.5, 0.999, (3, steps, 5)).astype("float32")
+    b = rng.standard_normal((3, steps, 5)).astype("float32")
+    h0 = rng.standard_normal((3, 5)).astype("float32")
+    w = rng.standard_normal((3, steps, 5))
+    expected = _reference_scan(a, b, h0)
+    # d sum(w h) by hand: g_t = w_t + a_{t+1} g_{t+1}; da_t = g_t h_{t-1}, db_t = g_t.
+    g, grads = np.zeros((3, 5)), np.zeros((3, steps, 5))
+    for t in reversed(range(steps)):
+        g = w[:, t] + (a[:, t + 1] * g if t + 1 < steps else 0.0)
+        grads[:, t] = g
+    previous = np.concatenate([h0[:, None], expected[:, :-1]], axis=1)
+    variables = [tf.constant(v) for v in (a, b, h0)]
+    spec = tf.TensorSpec((None, None, 5) if length == "dynamic" else a.shape)
+
+    @tf.function(input_signature=[spec, spec, tf.TensorSpec((None, 5))])
+    def scan(a, b, h0):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b, h0])
+            given = tf.math.log(a) if method == "log" else a
+            h = linear_scan(given, b, h0, method=method)
+            loss = tf.reduce_sum(h * w)
+        return (h, *tape.gradient(loss, [a, b, h0]))
+
+    h, d_a, d_b, d_h0 = scan(*variables)
+    # The log form cancels large logarithms (its docstring): a looser bound.
+    tol = 1e-5 if method != "log" else 2e-4
+    np.testing.assert_allclose(h.numpy(), expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_b.numpy(), grads, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_a.numpy(), grads * previous, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_h0.numpy(), grads[:, 0] * a[:, 0], rtol=tol, atol=tol)
+
+
+def test_the_log_form_survives_decays_whose_products_underflow():
+    """log a_t = -100 at every step (exp(-600) is 0 in float32), b_t of both signs
+    and zeros: the state is b_t alone, finite, within the digits the log form
+    keeps (its docstring), and so is the gradient, but where b_t is exactly 0,
+    which is in neither of the form's parts and passes none (as documented)."""
+    import tensorflow as tf
+
+    log_a = tf.Variable(np.full((1, 6, 3), -100.0, "float32"))
+    values = np.array([-2.0, 0.0, 3.0]) * np.arange(1.0, 7.0)[:, None]  # (6, 3)
+    b = tf.Variable(values[None].astype("float32"))
+    with tf.GradientTape() as tape:
+        h = linear_scan(log_a, b, np.ones((1, 3), "float32"), method="log")
+        loss = tf.reduce_sum(h)
+    d_log_a, d_b = tape.gradient(loss, [log_a, b])
+    np.testing.assert_allclose(h.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    assert np.isfinite(d_log_a.numpy()).all()
+    expected = np.ones((1, 6, 3))
+    expected[..., 1] = 0.0
+    np.testing.assert_allclose(d_b.numpy(), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("scan", ["parallel", "log"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"go_backwards": True},
+        {"activation": "tanh", "zero_output_for_mask": True},
+        {"use_bias": False},
+    ],
+    ids=["default", "go_backwards", "tanh_zero_output", "no_bias"],
+)
+def test_the_scan_equals_the_step_loop(family, scan, options):
+    """Outputs, final state and gradients of the scan against the cell's step loop
+    (`scan="sequential"`), same weights, random lengths (left- and right-padded
+    masks) and initial states."""
+    import tensorflow as tf
+
+    layer_class = FAMILIES[family][0]
+    rng = np.random.default_rng(len(family) + len(scan))
+    x = rng.standard_normal((6, 23, 4)).astype("float32")
+    h0 = rng.standard_normal((6, 8)).astype("float32")
+    lengths = rng.integers(1, 24, 6)
+    mask = np.arange(23)[None] < lengths[:, None]
+    mask[::2] = mask[::2, ::-1]  # every other row padded on the left
+    results = []
+    weights = None
+    for kind in (scan, "sequential"):
+        layer = layer_class(
+            8, scan=kind, return_sequences=True, return_state=True, **options
+        )
+        layer(x[:1], initial_state=[h0[:1]])
+        if weights is None:
+            for v in layer.trainable_variables:
+                v.assign(rng.uniform(-0.8, 0.8, v.shape))
+            weights = layer.get_weights()
+        layer.set_weights(weights)
+        inputs = tf.Variable(x)
+        with tf.GradientTape() as tape:
+            outputs, state = layer(inputs, initial_state=[h0], mask=mask)
+            loss = tf.reduce_sum(outputs * np.cos(np.arange(8))) + tf.reduce_sum(state)
+        grads = tape.gradient(loss, [*layer.trainable_variables, inputs])
+        results.append([outputs, state, *grads])
+        assert layer.execution_path.startswith(kind if kind != "sequential" else "gen")
+    tol = 1e-5 if scan == "parallel" else 1e-4
+    for got, want in zip(*results, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(got), np.asarray(want), atol=tol, rtol=tol
+        )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bad_arguments_are_refused(family):
+    layer_class = FAMILIES[family][0]
+    with pytest.raises(ValueError, match="scan"):
+        layer_class(4, scan="fast")
+    with pytest.raises(ValueError, match="no recurrent weights"):
+        layer_class(4, recurrent_dropout=0.2)
+    with pytest.raises(ValueError, match="method"):
+        linear_scan(np.ones((1, 2, 3)), np.ones((1, 2, 3)), method="fast")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_config_round_trips(family):
+    """As the contract's config_round_trip, with `scan` and without recurrent
+    dropout: every argument in `get_config()`, and a clone from it gives the same
+    config and, with the same weights, the same outputs."""
+    from rnnkit.testing._numerics import assert_config_names_every_argument
+
+    layer_class = FAMILIES[family][0]
+    x = np.random.default_rng(0).standard_normal((2, 10, 3)).astype("float32")
+    options = {"dropout": 0.25, "scan": "log", "activation": "tanh"}
+    layer = layer_class(5, return_sequences=True, go_backwards=True, **options)
+    layer(x)
+    config = layer.get_config()
+    assert_config_names_every_argument(layer, config)
+    for key, value in {**options, "units": 5, "go_backwards": True}.items():
+        assert config[key] == value, key
+    assert "recurrent_dropout" not in config and "recurrent_initializer" not in config
+    clone = layer_class.from_config(config)
+    assert clone.get_config() == config
+    clone(x)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(clone(x)), keras.ops.convert_to_numpy(layer(x))
+    )
+
+
+@pytest.mark.parametrize("cell_type", FAMILIES)
+@pytest.mark.parametrize("decoder", ["recurrent", "segments"])
+def test_a_model_takes_the_layers_by_name(cell_type, decoder, tmp_path):
+    """The registry names them, and the forecaster (its decoders too, which run the
+    cell one step at a time) trains with them, saves and reloads."""
+    from rnnkit.layers import get_recurrent
+    from rnnkit.losses import QuantileLoss
+    from rnnkit.models.forecaster import build_forecaster
+    from tests.models.test_forecaster import inputs
+
+    assert get_recurrent(cell_type) is FAMILIES[cell_type][0]
+    keras.utils.set_random_seed(0)
+    model = build_forecaster(
+        input_length=48, horizon=12, quantiles=(0.1, 0.5, 0.9), past_covariates=2,
+        covariate_mean=[0.0, 0.0], covariate_variance=[1.0, 1.0],
+        time_periods=(24.0, 168.0), series_ids=["a", "b", "c"], embedding_dim=3,
+        cell_type=cell_type, units=8,
+        segment_length=12, decoder=decoder,
+    )  # fmt: skip
+    x = inputs()
+    model.compile(keras.optimizers.Adam(0.01), QuantileLoss((0.1, 0.5, 0.9)))
+    losses = model.fit(x, x["past_target"][:, -12:], epochs=5, verbose=0)
+    assert losses.history["loss"][-1] < losses.history["loss"][0]
+    model.save(tmp_path / "forecaster.keras")
+    again = keras.saving.load_model(tmp_path / "forecaster.keras", safe_mode=True)
+    np.testing.assert_allclose(
+        again.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-4
+    )
