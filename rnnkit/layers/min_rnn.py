@@ -203,9 +203,13 @@ class _ScanLayer(RecurrentLayer):
             b = b * keep
         h = linear_scan(a, b, ops.cast(h_0, STATE_DTYPE), method=self.scan)
         outputs = h
-        if mask is not None:
-            # As Keras' loop: a masked step outputs zeros (zero_output_for_mask) or
-            # the previous output, which is zeros before the first unmasked step.
+        if mask is not None and (
+            self.zero_output_for_mask or keras.backend.backend() != "jax"
+        ):
+            # As Keras' loop on this backend: a masked step outputs zeros
+            # (zero_output_for_mask) or the previous output, which before the first
+            # unmasked step is zeros (TensorFlow, PyTorch) or, on JAX, the state
+            # carried (h, as here).
             shown = keep if self.zero_output_for_mask else ops.cumsum(keep, axis=1) > 0
             outputs = ops.where(shown, h, 0.0)
         outputs = ops.cast(outputs, cell.compute_dtype)

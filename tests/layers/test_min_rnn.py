@@ -87,20 +87,63 @@ def _reference_scan(a, b, h0):
     return np.stack(out, axis=1)
 
 
+def scan_and_gradients(method, arrays, weights, dynamic=False):
+    """linear_scan(*arrays) (`arrays[0]` its logarithm for "log") and the gradients
+    of sum(h * weights) with respect to each array, on the active backend;
+    `dynamic`: traced with the number of steps unknown (TensorFlow only)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def loss(*values):
+            h = linear_scan(*values, method=method)
+            return jnp.sum(h * weights), h
+
+        (_, h), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(
+            *map(jnp.asarray, arrays)
+        )
+        return np.asarray(h), [np.asarray(g) for g in grads]
+    if backend == "torch":
+        import torch
+
+        leaves = [torch.tensor(v, requires_grad=True) for v in arrays]
+        h = linear_scan(*leaves, method=method)
+        loss = torch.sum(h * torch.tensor(weights, dtype=h.dtype))
+        grads = torch.autograd.grad(loss, leaves)
+        return h.detach().numpy(), [g.numpy() for g in grads]
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec(v.shape) for v in arrays]
+    if dynamic:
+        specs = [tf.TensorSpec((None,) * (v.ndim - 1) + v.shape[-1:]) for v in arrays]
+
+    @tf.function(input_signature=specs)
+    def scan(*values):
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            h = linear_scan(*values, method=method)
+            loss = tf.reduce_sum(h * weights)
+        return h, tape.gradient(loss, list(values))
+
+    h, grads = scan(*arrays)
+    return h.numpy(), [g.numpy() for g in grads]
+
+
 @pytest.mark.parametrize("length", ["static", "dynamic"])
 @pytest.mark.parametrize("method", ["parallel", "sequential", "log"])
 @pytest.mark.parametrize("steps", [1, 7, 64, 301])
 def test_every_scan_form_computes_the_recurrence(method, steps, length):
     """h_t = a_t h_{t-1} + b_t against a float64 loop, outputs and gradients (of
     a, b and h_0), over lengths odd and even, known when traced or not (a graph of
-    `keras.Input((None, features))`)."""
-    import tensorflow as tf
-
+    `keras.Input((None, features))`, which only TensorFlow traces)."""
+    if length == "dynamic" and keras.backend.backend() != "tensorflow":
+        pytest.skip("only a TensorFlow graph traces a length it does not know")
     rng = np.random.default_rng(steps)
     a = rng.uniform(0.5, 0.999, (3, steps, 5)).astype("float32")
     b = rng.standard_normal((3, steps, 5)).astype("float32")
     h0 = rng.standard_normal((3, 5)).astype("float32")
-    w = rng.standard_normal((3, steps, 5))
+    w = rng.standard_normal((3, steps, 5)).astype("float32")
     expected = _reference_scan(a, b, h0)
     # d sum(w h) by hand: g_t = w_t + a_{t+1} g_{t+1}; da_t = g_t h_{t-1}, db_t = g_t.
     g, grads = np.zeros((3, 5)), np.zeros((3, steps, 5))
@@ -108,25 +151,18 @@ def test_every_scan_form_computes_the_recurrence(method, steps, length):
         g = w[:, t] + (a[:, t + 1] * g if t + 1 < steps else 0.0)
         grads[:, t] = g
     previous = np.concatenate([h0[:, None], expected[:, :-1]], axis=1)
-    variables = [tf.constant(v) for v in (a, b, h0)]
-    spec = tf.TensorSpec((None, None, 5) if length == "dynamic" else a.shape)
-
-    @tf.function(input_signature=[spec, spec, tf.TensorSpec((None, 5))])
-    def scan(a, b, h0):
-        with tf.GradientTape() as tape:
-            tape.watch([a, b, h0])
-            given = tf.math.log(a) if method == "log" else a
-            h = linear_scan(given, b, h0, method=method)
-            loss = tf.reduce_sum(h * w)
-        return (h, *tape.gradient(loss, [a, b, h0]))
-
-    h, d_a, d_b, d_h0 = scan(*variables)
+    given = np.log(a) if method == "log" else a
+    h, (d_a, d_b, d_h0) = scan_and_gradients(
+        method, (given, b, h0), w, dynamic=length == "dynamic"
+    )
+    if method == "log":
+        d_a = d_a / a  # the gradient came with respect to log a
     # The log form cancels large logarithms (its docstring): a looser bound.
-    tol = 1e-5 if method != "log" else 2e-4
-    np.testing.assert_allclose(h.numpy(), expected, rtol=tol, atol=tol)
-    np.testing.assert_allclose(d_b.numpy(), grads, rtol=tol, atol=tol)
-    np.testing.assert_allclose(d_a.numpy(), grads * previous, rtol=tol, atol=tol)
-    np.testing.assert_allclose(d_h0.numpy(), grads[:, 0] * a[:, 0], rtol=tol, atol=tol)
+    tol = 1e-5 if method != "log" else 1e-3
+    np.testing.assert_allclose(h, expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_b, grads, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_a, grads * previous, rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_h0, grads[:, 0] * a[:, 0], rtol=tol, atol=tol)
 
 
 def test_the_log_form_survives_decays_whose_products_underflow():
@@ -134,20 +170,17 @@ def test_the_log_form_survives_decays_whose_products_underflow():
     and zeros: the state is b_t alone, finite, within the digits the log form
     keeps (its docstring), and so is the gradient, but where b_t is exactly 0,
     which is in neither of the form's parts and passes none (as documented)."""
-    import tensorflow as tf
-
-    log_a = tf.Variable(np.full((1, 6, 3), -100.0, "float32"))
-    values = np.array([-2.0, 0.0, 3.0]) * np.arange(1.0, 7.0)[:, None]  # (6, 3)
-    b = tf.Variable(values[None].astype("float32"))
-    with tf.GradientTape() as tape:
-        h = linear_scan(log_a, b, np.ones((1, 3), "float32"), method="log")
-        loss = tf.reduce_sum(h)
-    d_log_a, d_b = tape.gradient(loss, [log_a, b])
-    np.testing.assert_allclose(h.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
-    assert np.isfinite(d_log_a.numpy()).all()
+    log_a = np.full((1, 6, 3), -100.0, "float32")
+    b = (np.array([-2.0, 0.0, 3.0]) * np.arange(1.0, 7.0)[:, None])[None]
+    b = b.astype("float32")  # (1, 6, 3)
+    h, (d_log_a, d_b, _) = scan_and_gradients(
+        "log", (log_a, b, np.zeros((1, 3), "float32")), np.ones_like(b)
+    )
+    np.testing.assert_allclose(h, b, rtol=1e-4, atol=1e-6)
+    assert np.isfinite(d_log_a).all()
     expected = np.ones((1, 6, 3))
     expected[..., 1] = 0.0
-    np.testing.assert_allclose(d_b.numpy(), expected, rtol=1e-4)
+    np.testing.assert_allclose(d_b, expected, rtol=1e-4)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -166,7 +199,7 @@ def test_the_scan_equals_the_step_loop(family, scan, options):
     """Outputs, final state and gradients of the scan against the cell's step loop
     (`scan="sequential"`), same weights, random lengths (left- and right-padded
     masks) and initial states."""
-    import tensorflow as tf
+    from rnnkit.testing.recurrent import outputs_and_gradients
 
     layer_class = FAMILIES[family][0]
     rng = np.random.default_rng(len(family) + len(scan))
@@ -175,8 +208,9 @@ def test_the_scan_equals_the_step_loop(family, scan, options):
     lengths = rng.integers(1, 24, 6)
     mask = np.arange(23)[None] < lengths[:, None]
     mask[::2] = mask[::2, ::-1]  # every other row padded on the left
-    results = []
-    weights = None
+    output_weights = [rng.standard_normal((6, 23, 8)), rng.standard_normal((6, 8))]
+    output_weights = [w.astype("float32") for w in output_weights]
+    results, weights = [], None
     for kind in (scan, "sequential"):
         layer = layer_class(
             8, scan=kind, return_sequences=True, return_state=True, **options
@@ -187,12 +221,10 @@ def test_the_scan_equals_the_step_loop(family, scan, options):
                 v.assign(rng.uniform(-0.8, 0.8, v.shape))
             weights = layer.get_weights()
         layer.set_weights(weights)
-        inputs = tf.Variable(x)
-        with tf.GradientTape() as tape:
-            outputs, state = layer(inputs, initial_state=[h0], mask=mask)
-            loss = tf.reduce_sum(outputs * np.cos(np.arange(8))) + tf.reduce_sum(state)
-        grads = tape.gradient(loss, [*layer.trainable_variables, inputs])
-        results.append([outputs, state, *grads])
+        outputs, weight_grads, input_grad, *_ = outputs_and_gradients(
+            layer, x, output_weights, initial_state=[h0], mask=mask
+        )
+        results.append([*outputs, *weight_grads, input_grad])
         assert layer.execution_path.startswith(kind if kind != "sequential" else "gen")
     tol = 1e-5 if scan == "parallel" else 1e-4
     for got, want in zip(*results, strict=True):
@@ -243,6 +275,8 @@ def test_the_config_round_trips(family):
 def test_a_model_takes_the_layers_by_name(cell_type, decoder, tmp_path):
     """The registry names them, and the forecaster (its decoders too, which run the
     cell one step at a time) trains with them, saves and reloads."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the forecaster reads its series' ids as strings: TensorFlow")
     from rnnkit.layers import get_recurrent
     from rnnkit.losses import QuantileLoss
     from rnnkit.models.forecaster import build_forecaster
