@@ -10,7 +10,9 @@ input only, so that a whole sequence trains with a parallel scan.
 with phi linear by default, as in the paper. Neither gate reads h_{t-1}, so every
 step's a_t and b_t of h_t = a_t * h_{t-1} + b_t come from the inputs at once and the
 states from `rnnkit.layers.scan.linear_scan`. The same cells also run one step at a
-time (`step`), which is what `scan="sequential"`, export and a step of generation use.
+time (`step`), which is what `scan="sequential"`, export and a step of generation use,
+and what `scan="auto"` runs on a TensorFlow CPU, where it trained faster than the
+prefix scan (`_ScanLayer.method`).
 """
 
 from __future__ import annotations
@@ -162,10 +164,11 @@ class _ScanLayer(RecurrentLayer):
     parallel scan (`scan`), and the cell's step loop where it is asked for
     (`scan="sequential"`) or traced for export."""
 
-    def __init__(self, units, scan="parallel", **kwargs):
-        if scan not in METHODS:
+    def __init__(self, units, scan="auto", **kwargs):
+        if scan not in ("auto", *METHODS):
             raise ValueError(
-                f"Argument `scan` must be one of {METHODS}, received scan={scan!r}."
+                f"Argument `scan` must be 'auto' or one of {METHODS}, received "
+                f"scan={scan!r}."
             )
         options = {key: kwargs.pop(key) for key in _LAYER_OPTIONS if key in kwargs}
         cell = self.cell_class(
@@ -178,15 +181,31 @@ class _ScanLayer(RecurrentLayer):
         super().__init__(cell, **options)
         self.scan = scan
 
+    def method(self) -> str:
+        """The form a call runs: `scan`, or for "auto" the cell's step loop on
+        TensorFlow with no GPU visible (there the XLA-compiled loop trained 2x to 2.5x
+        faster than the prefix scan, whose passes over the whole sequence are bound
+        by memory: docs/performance.md, "Scan recurrences") and the prefix scan
+        elsewhere."""
+        if self.scan != "auto":
+            return self.scan
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            if not tf.config.get_visible_devices("GPU"):
+                return "sequential"
+        return "parallel"
+
     def inner_loop(self, sequences, initial_state, mask, training=False):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        if self.scan == "sequential" or _export.active():
+        method = self.method()
+        if method == "sequential" or _export.active():
             return super().inner_loop(sequences, initial_state, mask, training)
-        self.execution_path = f"{self.scan} scan: the gates read the inputs only"
-        return self._scan(sequences, initial_state[0], mask, training)
+        self.execution_path = f"{method} scan: the gates read the inputs only"
+        return self._scan(sequences, initial_state[0], mask, training, method)
 
-    def _scan(self, sequences, h_0, mask, training):
+    def _scan(self, sequences, h_0, mask, training, method):
         """Keras' (last output, outputs, states) of the loop, from one scan."""
         cell = self.cell
         if self.go_backwards:
@@ -195,13 +214,13 @@ class _ScanLayer(RecurrentLayer):
         input_mask, _ = cell.dropout_masks(sequences[:, 0, :], h_0, training)
         if input_mask is not None:
             sequences = sequences * ops.expand_dims(input_mask, 1)
-        a, b = cell.coefficients(sequences, log=self.scan == "log")
+        a, b = cell.coefficients(sequences, log=method == "log")
         if mask is not None:
             # A masked step keeps the state: a_t = 1 (log a_t = 0), b_t = 0.
             keep = ops.expand_dims(ops.cast(mask, STATE_DTYPE), -1)
-            a = a * keep if self.scan == "log" else a * keep + (1.0 - keep)
+            a = a * keep if method == "log" else a * keep + (1.0 - keep)
             b = b * keep
-        h = linear_scan(a, b, ops.cast(h_0, STATE_DTYPE), method=self.scan)
+        h = linear_scan(a, b, ops.cast(h_0, STATE_DTYPE), method=method)
         outputs = h
         if mask is not None and (
             self.zero_output_for_mask or keras.backend.backend() != "jax"
@@ -224,8 +243,9 @@ class MinGRU(_ScanLayer):
     """minGRU over a sequence (Feng et al., 2024, "Were RNNs All We Needed?").
 
     `MinGRUCell`'s recurrence h_t = (1 - z_t) * h_{t-1} + z_t * h~_t, whose gate and
-    candidate read x_t only, run for the whole sequence as one scan
-    (`rnnkit.layers.scan.linear_scan`): no loop over time in training. Masks,
+    candidate read x_t only, so that the whole sequence can run as one prefix scan
+    (`rnnkit.layers.scan.linear_scan`), with no loop over time, or as the cell's
+    step loop (`scan`; `execution_path` says which ran). Masks,
     `return_sequences`, `return_state`, initial states, `stateful`, `go_backwards`
     and `keras.layers.Bidirectional` work as for `GRU`.
 
@@ -233,8 +253,10 @@ class MinGRU(_ScanLayer):
         units, activation, use_bias, kernel_initializer, bias_initializer,
             kernel_regularizer, bias_regularizer, kernel_constraint,
             bias_constraint, dropout, seed: As for `MinGRUCell`.
-        scan: "parallel" (default: a prefix scan), "log" (the same in log space,
-            Heinsen's form) or "sequential" (the cell's step loop, as `GRU` runs).
+        scan: "parallel" (a prefix scan), "log" (the same in log space, Heinsen's
+            form), "sequential" (the cell's step loop, as `GRU` runs it) or "auto"
+            (default: the step loop on TensorFlow with no GPU visible, where it
+            trained faster, else the prefix scan; `method()`).
         return_sequences, return_state, go_backwards, stateful, unroll,
             activity_regularizer: As for `GRU` (`unroll` for `scan="sequential"`).
 

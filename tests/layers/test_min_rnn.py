@@ -60,6 +60,27 @@ FAMILIES = {
 }
 
 
+@keras.saving.register_keras_serializable(package="rnnkit_tests")
+class ParallelMinGRU(MinGRU):
+    """MinGRU with the prefix scan by default: its "auto" runs the step loop on a
+    TensorFlow CPU, so the contract checks both paths."""
+
+    def __init__(self, units, scan="parallel", **kwargs):
+        super().__init__(units, scan=scan, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="rnnkit_tests")
+class ParallelMinLSTM(MinLSTM):
+    def __init__(self, units, scan="parallel", **kwargs):
+        super().__init__(units, scan=scan, **kwargs)
+
+
+PARALLEL = {
+    "mingru-parallel": (ParallelMinGRU, MinGRUCell, min_forward(min_gru_gates)),
+    "minlstm-parallel": (ParallelMinLSTM, MinLSTMCell, min_forward(min_lstm_gates)),
+}
+
+
 # The public contract, as for LSTM and GRU: the equations (outputs and gradients),
 # masks, initial and streamed states, Bidirectional, keras.layers.RNN, the config
 # and a reload in a fresh process, both mixed precisions, training, LiteRT and ONNX.
@@ -67,11 +88,17 @@ FAMILIES = {
     "name, check",
     [
         pytest.param(name, check, id=f"{family}-{name}")
-        for family, (layer, cell, forward) in FAMILIES.items()
+        for family, (layer, cell, forward) in {**FAMILIES, **PARALLEL}.items()
         # config_round_trip sets recurrent_dropout, which these cells refuse (no
-        # recurrent weights): test_the_config_round_trips stands in for it.
+        # recurrent weights): test_the_config_round_trips stands in for it. A class
+        # of a test module does not reload in a fresh process, and export traces
+        # the step loop whatever the scan.
         for name, check in checks.recurrent_layer_checks(
-            layer, numpy_forward=forward, cell_class=cell, skip=["config_round_trip"]
+            layer,
+            numpy_forward=forward,
+            cell_class=cell,
+            skip=["config_round_trip"]
+            + (["fresh_process_reload", "export"] if family in PARALLEL else []),
         )
     ],
 )
@@ -238,6 +265,11 @@ def test_bad_arguments_are_refused(family):
     layer_class = FAMILIES[family][0]
     with pytest.raises(ValueError, match="scan"):
         layer_class(4, scan="fast")
+    auto = layer_class(4)
+    cpu_tensorflow = keras.backend.backend() == "tensorflow" and not (
+        __import__("tensorflow").config.get_visible_devices("GPU")
+    )
+    assert auto.method() == ("sequential" if cpu_tensorflow else "parallel")
     with pytest.raises(ValueError, match="no recurrent weights"):
         layer_class(4, recurrent_dropout=0.2)
     with pytest.raises(ValueError, match="method"):
