@@ -39,6 +39,8 @@ LAYERS = {
     "MinGRU loop": lambda units: rnnkit.layers.MinGRU(units, scan="sequential"),
     "MinLSTM scan": lambda units: rnnkit.layers.MinLSTM(units, scan="parallel"),
     "MinLSTM loop": lambda units: rnnkit.layers.MinLSTM(units, scan="sequential"),
+    "RGLRU scan": lambda units: rnnkit.layers.RGLRU(units, scan="parallel"),
+    "RGLRU loop": lambda units: rnnkit.layers.RGLRU(units, scan="sequential"),
     "Keras LSTM": lambda units: keras.layers.LSTM(units),
 }
 

@@ -16,5 +16,6 @@ from rnnkit.layers.multi_head_attention import MultiHeadAttention
 from rnnkit.layers.positional_encoding import PositionalEncoding
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 from rnnkit.layers.registry import get_recurrent, get_recurrent_cell, register_recurrent
+from rnnkit.layers.rg_lru import RGLRU, RGLRUCell
 from rnnkit.layers.simple_rnn import SimpleRNN, SimpleRNNCell
 from rnnkit.layers.transformer import TransformerDecoderBlock, TransformerEncoderBlock

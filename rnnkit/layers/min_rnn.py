@@ -52,14 +52,25 @@ class _InputGatedCell(RecurrentCell):
         self._add_bias((self.units * self.num_gates,), self.bias_initializer)
 
     def gate_weights(self):
-        """Each gate's [W_g; b_g], in the compute dtype (no recurrent blocks)."""
+        """Each gate's [W_g; b_g], in the compute dtype (no recurrent blocks), then
+        the cell's other weights (`extra_weights`): a step reads its weights from
+        these only (a compiled loop hands them in)."""
         biases = (
             self._split_gates(self.bias) if self.use_bias else [None] * self.num_gates
         )
         return [
-            self._with_bias_row(kernel, bias)
-            for kernel, bias in zip(self._split_gates(self.kernel), biases, strict=True)
+            *(
+                self._with_bias_row(kernel, bias)
+                for kernel, bias in zip(
+                    self._split_gates(self.kernel), biases, strict=True
+                )
+            ),
+            *self.extra_weights(),
         ]
+
+    def extra_weights(self):
+        """Weights beyond the gates' (e.g. the RG-LRU's decay), float32."""
+        return []
 
     def projections(self, inputs):
         """x W_g + b_g for every gate, over a whole sequence (or one step)."""
@@ -73,17 +84,22 @@ class _InputGatedCell(RecurrentCell):
         """One step: `inputs` is [x_t, 1]; h_t = a_t * h_{t-1} + b_t."""
         (h_prev,) = states
         x_t = inputs if input_mask is None else inputs * input_mask
-        projected = [ops.matmul(x_t, weight) for weight in weights]
-        a_t, b_t = self.decay_and_input(projected)
+        gates, extra = weights[: self.num_gates], weights[self.num_gates :]
+        projected = [ops.matmul(x_t, weight) for weight in gates]
+        a_t, b_t = self.decay_and_input(projected, *extra)
         h_t = a_t * h_prev + b_t
         return ops.cast(h_t, self.compute_dtype), [h_t]
 
     def coefficients(self, inputs, log=False):
         """The a_t (or log a_t) and b_t of every step of `inputs`, float32."""
         projected = self.projections(inputs)
+        extra = self.extra_weights()
         if log:
-            return self.log_decay(projected), self.decay_and_input(projected)[1]
-        return self.decay_and_input(projected)
+            return (
+                self.log_decay(projected, *extra),
+                self.decay_and_input(projected, *extra)[1],
+            )
+        return self.decay_and_input(projected, *extra)
 
     def candidate(self, projected):
         """h~_t = phi(x_t W_h + b_h), float32."""
@@ -183,10 +199,10 @@ class _ScanLayer(RecurrentLayer):
 
     def method(self) -> str:
         """The form a call runs: `scan`, or for "auto" the cell's step loop on
-        TensorFlow with no GPU visible (there the XLA-compiled loop trained 2x to 2.5x
-        faster than the prefix scan, whose passes over the whole sequence are bound
-        by memory: docs/performance.md, "Scan recurrences") and the prefix scan
-        elsewhere."""
+        TensorFlow with no GPU visible (there the prefix scan's passes over the whole
+        sequence are bound by memory, and the XLA-compiled loop trained faster at
+        most sizes measured: docs/performance.md, "Scan recurrences") and the prefix
+        scan elsewhere."""
         if self.scan != "auto":
             return self.scan
         if keras.backend.backend() == "tensorflow":
