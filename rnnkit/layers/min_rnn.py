@@ -125,9 +125,11 @@ class MinGRUCell(_InputGatedCell):
     Args:
         units: Positive integer, the size of the state.
         activation: phi of the candidate state. Default: linear (the paper's).
-        use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
-            bias_regularizer, kernel_constraint, bias_constraint, dropout, seed:
-            As for `GRUCell` (there are no recurrent weights).
+        use_bias, kernel_initializer, bias_initializer: As for `GRUCell`.
+        kernel_regularizer, bias_regularizer, kernel_constraint: As for `GRUCell`.
+        bias_constraint, dropout, seed: As for `GRUCell` (there are no recurrent
+            weights, so no recurrent initializer, regularizer, constraint or
+            dropout).
     """
 
     num_gates = 2
@@ -266,15 +268,16 @@ class MinGRU(_ScanLayer):
     and `keras.layers.Bidirectional` work as for `GRU`.
 
     Args:
-        units, activation, use_bias, kernel_initializer, bias_initializer,
-            kernel_regularizer, bias_regularizer, kernel_constraint,
-            bias_constraint, dropout, seed: As for `MinGRUCell`.
+        units, activation, use_bias: As for `MinGRUCell`.
+        kernel_initializer, bias_initializer: As for `MinGRUCell`.
+        kernel_regularizer, bias_regularizer: As for `MinGRUCell`.
+        kernel_constraint, bias_constraint, dropout, seed: As for `MinGRUCell`.
         scan: "parallel" (a prefix scan), "log" (the same in log space, Heinsen's
             form), "sequential" (the cell's step loop, as `GRU` runs it) or "auto"
             (default: the step loop on TensorFlow with no GPU visible, where it
             trained faster, else the prefix scan; `method()`).
-        return_sequences, return_state, go_backwards, stateful, unroll,
-            activity_regularizer: As for `GRU` (`unroll` for `scan="sequential"`).
+        return_sequences, return_state, go_backwards, stateful: As for `GRU`.
+        unroll, activity_regularizer: As for `GRU` (`unroll` for the step loop).
 
     Call arguments, returns: as for `GRU`.
 
