@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import cpu_line, run_phase  # noqa: E402
+from timing import cpu_line, interleaved_seconds, run_phase  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
 
@@ -92,14 +91,8 @@ def speed_rows(lengths, units, batch, rounds, with_torch):
         repeat = max(1, 1024 // steps)  # steps per timing, so short T is measurable
         for run in runs.values():  # trace and warm up
             run(), run()
-        seconds = {name: [] for name in names}
-        for _ in range(rounds):
-            for name, run in runs.items():
-                start = time.perf_counter()
-                for _ in range(repeat):
-                    run()
-                seconds[name].append((time.perf_counter() - start) / repeat)
-        speed = {n: batch / statistics.median(s) for n, s in seconds.items()}
+        seconds = interleaved_seconds(runs, rounds, repeat)
+        speed = {name: batch / s for name, s in seconds.items()}
         base = speed["rnnkit LSTM"]
         cells = [f"{speed[n]:>12.1f} ({speed[n] / base:>5.2f}x)" for n in names]
         print(f"{steps:>6}  " + "  ".join(f"{c:>22}" for c in cells), flush=True)

@@ -124,3 +124,20 @@ def run_phase(script: str, phase: str, options: list[str], cwd: Path) -> dict:
     if completed.returncode != 0:
         raise SystemExit(f"{phase} failed:\n{completed.stderr[-3000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def interleaved_seconds(calls: dict, rounds: int, repeat: int = 1) -> dict:
+    """Median seconds per call of each of `calls` (name -> function of no
+    argument), timed in interleaved rounds (every call once per round, `repeat`
+    times in a row, so that load on the machine hits all alike)."""
+    import statistics
+    import time
+
+    seconds = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                call()
+            seconds[name].append((time.perf_counter() - start) / repeat)
+    return {name: statistics.median(values) for name, values in seconds.items()}

@@ -81,31 +81,22 @@ FAMILIES = {
 }
 
 
-@keras.saving.register_keras_serializable(package="rnnkit_tests")
-class ParallelMinGRU(MinGRU):
-    """MinGRU with the prefix scan by default: its "auto" runs the step loop on a
-    TensorFlow CPU, so the contract checks both paths."""
+def with_parallel_default(layer_class):
+    """`layer_class` with the prefix scan by default, registered for reloading: its
+    "auto" runs the step loop on a TensorFlow CPU, so the contract checks both."""
 
     def __init__(self, units, scan="parallel", **kwargs):
-        super().__init__(units, scan=scan, **kwargs)
+        layer_class.__init__(self, units, scan=scan, **kwargs)
 
-
-@keras.saving.register_keras_serializable(package="rnnkit_tests")
-class ParallelMinLSTM(MinLSTM):
-    def __init__(self, units, scan="parallel", **kwargs):
-        super().__init__(units, scan=scan, **kwargs)
-
-
-@keras.saving.register_keras_serializable(package="rnnkit_tests")
-class ParallelRGLRU(RGLRU):
-    def __init__(self, units, scan="parallel", **kwargs):
-        super().__init__(units, scan=scan, **kwargs)
+    parallel = type(f"Parallel{layer_class.__name__}", (layer_class,), {})
+    parallel.__init__ = __init__
+    parallel.__module__ = __name__
+    return keras.saving.register_keras_serializable(package="rnnkit_tests")(parallel)
 
 
 PARALLEL = {
-    "mingru-parallel": (ParallelMinGRU, MinGRUCell, min_forward(min_gru_gates)),
-    "minlstm-parallel": (ParallelMinLSTM, MinLSTMCell, min_forward(min_lstm_gates)),
-    "rglru-parallel": (ParallelRGLRU, RGLRUCell, rg_lru_forward),
+    f"{name}-parallel": (with_parallel_default(layer), cell, forward)
+    for name, (layer, cell, forward) in FAMILIES.items()
 }
 
 

@@ -288,21 +288,27 @@ def test_the_m4_figures_come_from_the_shipped_m4_config():
     assert "--seed" in words and len(words) == 5 + 2 * len(settings) + 2
 
 
+def ensemble_block(heading, next_heading):
+    """The words of each command of the second bash block between the README's
+    `heading` and `next_heading`: the member runs, then `rnnkit ensemble`."""
+    import shlex
+
+    from tests.markdown_examples import shell_commands
+
+    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
+    section = readme[readme.index(heading) : readme.index(next_heading)]
+    block = section.split("```bash")[2].split("```")[0]
+    *runs, joined = map(shlex.split, shell_commands(block))
+    return runs, joined
+
+
 def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
     """The README's M4 ensemble: a run of configs/m4_hourly.toml, one of
     configs/m4_hourly_mean_abs.toml and one of configs/m4_hourly_student_t.toml, each
     with only the data files, the seed and its run directory given, then `rnnkit
     ensemble` of those three directories; each config is the one before it with one
     change."""
-    import shlex
-
-    from tests.markdown_examples import shell_commands
-
-    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
-    section = readme[readme.index("### M4 Hourly") : readme.index("### ETTh1")]
-    *runs, joined = map(
-        shlex.split, shell_commands(section.split("```bash")[2].split("```")[0])
-    )
+    runs, joined = ensemble_block("### M4 Hourly", "### ETTh1")
     names = ["m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml"]
     assert len(runs) == len(names)
     run_dirs, seeds = [], set()
@@ -332,15 +338,7 @@ def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
 def test_the_etth1_ensemble_is_three_seeds_of_the_shipped_etth1_config():
     """The README's ETTh1 ensemble: three runs of configs/etth1.toml that differ in
     their seed and run directory only, then `rnnkit ensemble` of those directories."""
-    import shlex
-
-    from tests.markdown_examples import shell_commands
-
-    readme = (ROOT / "recipes" / "forecasting" / "README.md").read_text("utf-8")
-    section = readme[readme.index("### ETTh1") : readme.index("### S&P 500")]
-    *runs, joined = map(
-        shlex.split, shell_commands(section.split("```bash")[2].split("```")[0])
-    )
+    runs, joined = ensemble_block("### ETTh1", "### S&P 500")
     assert len(runs) == 3
     run_dirs, seeds = [], set()
     for words in runs:
