@@ -22,6 +22,9 @@ OPTIONAL: dict[str, tuple[str, str, str]] = {
     "onnx": ("onnx", "export", "ONNX export"),
     "onnxruntime": ("onnxruntime", "export", "running an ONNX model"),
     "ai_edge_litert": ("ai-edge-litert", "export", "running a LiteRT model"),
+    "fastapi": ("fastapi", "serve", "rnnkit serve"),
+    "uvicorn": ("uvicorn", "serve", "rnnkit serve"),
+    "starlette": ("starlette", "serve", "rnnkit serve"),
     "tensorflow_text": (
         "tensorflow-text",
         "export",

@@ -121,6 +121,13 @@ Optional hooks (defaults do nothing or refuse):
   prediction, as {option name: dotted config key}; e.g. {"beam":
   "evaluation.beam_width"} makes `rnnkit predict RUN_DIR --beam 5 INPUT...` predict
   with `evaluation.beam_width = 5` (default: none).
+- `predict_records(model, inputs, config, calls)`: what `rnnkit serve` answers on
+  `/predict`: one JSON-ready dict per input value (a text, a series, image bytes;
+  never a path to read), with what `predict` prints and what a page can draw
+  (probabilities, attention weights, intervals). `calls` is None for the Keras model,
+  else the served runtime's functions by export artefact name; `record_options` names
+  its keyword options that a request may set (the sentiment recipe's `explain`).
+  Default: "does not answer /predict yet".
 
 What the commands call
 ----------------------
@@ -173,6 +180,7 @@ __all__ = [
     "TrainConfig",
     "field",
     "section",
+    "texts_of",
 ]
 
 # {system: {metric: value}}: the "model" row first, then one row per baseline.
@@ -200,6 +208,7 @@ class Recipe:
     Config: ClassVar[type[RecipeConfig]] = RecipeConfig
     objective: ClassVar[str] = "val_loss"
     predict_options: ClassVar[dict[str, str]] = {}
+    record_options: ClassVar[tuple[str, ...]] = ()
     split_keys: ClassVar[tuple[str, ...]] = (
         "data.split_seed",
         "data.validation_fraction",
@@ -231,6 +240,23 @@ class Recipe:
     ) -> list[str]:
         """Human-readable predictions for the command-line `inputs`."""
         raise NotImplementedError
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: RecipeConfig,
+        calls: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """JSON-ready predictions, one dict per input, for `rnnkit serve`'s
+        `/predict` (optional hook). `inputs` are values (texts, series, image
+        bytes), never paths to read. `calls`: None to compute with `model`, else
+        {export artefact name: function of named numpy inputs} in the served
+        runtime (ONNX, LiteRT, a SavedModel's signatures)."""
+        raise RnnkitError(
+            f"recipe {self.name!r} does not answer /predict yet; call "
+            "/v1/models/NAME:predict with its model inputs"
+        )
 
     def write_plots(
         self,
@@ -358,3 +384,22 @@ class Recipe:
             f"recipe {self.name!r} has no walk-forward backtest; "
             "leave evaluation.folds at 0"
         )
+
+
+def texts_of(inputs: Sequence[Any], what: str) -> list[str]:
+    """`inputs` as a list of texts for a recipe's `predict_records`.
+
+    Raises:
+        RnnkitError: no input, or one that is not a string.
+    """
+    if isinstance(inputs, str) or not isinstance(inputs, Sequence):
+        inputs = [inputs]
+    if not inputs:
+        raise RnnkitError(f"nothing to predict: give {what}")
+    for index, value in enumerate(inputs):
+        if not isinstance(value, str):
+            raise RnnkitError(
+                f"input {index} is {type(value).__name__} {str(value)[:40]!r}, not "
+                f"a text: give {what} as a string"
+            )
+    return list(inputs)

@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "tests/tuning/",
     "tests/training/",
     "tests/export/",
+    "tests/serving/",
     "tests/recipes/test_precision.py",
     "tests/test_example_recipe.py",
     "tests/testing/test_recipe_checks.py",

@@ -5,7 +5,9 @@ one interpreter (each in its own namespace, in order). ```bash blocks run comman
 command, in order, in one scratch folder per page where `recipes/` is the repository's
 and `../shared` (the real data the smoke configs read) lies beside it, as in CI:
 `rnnkit` commands in this process through click's CliRunner (one TensorFlow start-up
-instead of one per command), `python -c` in a subprocess. A recipe's smoke command
+instead of one per command), `python -c` and `curl` in a subprocess, and `rnnkit serve
+... &` as a server process that the block's later commands call and that ends with
+the block. A recipe's smoke command
 (`rnnkit run NAME --config recipes/NAME/configs/smoke.toml --run-dir runs/NAME/smoke`,
 on several pages) is run once in the session for all of them (tests/smoke_runs.py),
 and so is a block that stands on more than one page (README.md and a guide).
@@ -13,6 +15,7 @@ and so is a block that stands on more than one page (README.md and a guide).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -20,7 +23,12 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -165,9 +173,6 @@ def run_shell_block(
     """Runs `block`'s commands in `workdir`. With `tmp_path_factory`, a recipe's smoke
     command (tests/smoke_runs.py) is the session's one run of it, copied here, and so
     is a block that stands on several pages (`shared_blocks`)."""
-    from click.testing import CliRunner
-
-    from rnnkit.cli import main
 
     if share and tmp_path_factory is not None and block in shared_blocks():
         _run_shared_block(block, workdir, tmp_path_factory)
@@ -175,21 +180,76 @@ def run_shell_block(
     monkeypatch.chdir(workdir)
     # Caches (captioning features, downloads) go to the scratch folder, never home.
     monkeypatch.setenv("RNNKIT_DATA_DIR", str(workdir / "rnnkit-data"))
-    for command in shell_commands(block):
-        prepare(command, workdir)
-        words = shlex.split(command)
-        recipe = smoke_runs.recipe_of(command)
-        if recipe and tmp_path_factory is not None:
-            shared = smoke_runs.smoke_run(tmp_path_factory, recipe)
-            assert shared.exit_code == 0, f"{command}\n{shared.output[-3000:]}"
-            target = workdir / "runs" / recipe / "smoke"
-            assert not target.exists(), f"{command}: {target} exists already"
-            shutil.copytree(shared.run_dir, target, symlinks=True)
-        elif words[0] == "rnnkit":
-            result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
-            assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
-        elif words[0] == "python":
-            completed = preloaded.run(words[1:])
-            assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
-        else:
-            pytest.fail(f"a command this test cannot run: {command}")
+    with background_servers() as start:
+        for command in shell_commands(block):
+            _run_command(command, workdir, tmp_path_factory, start)
+
+
+def _run_command(command: str, workdir: Path, tmp_path_factory, start) -> None:
+    from click.testing import CliRunner
+
+    from rnnkit.cli import main
+
+    prepare(command, workdir)
+    words = shlex.split(command)
+    recipe = smoke_runs.recipe_of(command)
+    if recipe and tmp_path_factory is not None:
+        shared = smoke_runs.smoke_run(tmp_path_factory, recipe)
+        assert shared.exit_code == 0, f"{command}\n{shared.output[-3000:]}"
+        target = workdir / "runs" / recipe / "smoke"
+        assert not target.exists(), f"{command}: {target} exists already"
+        shutil.copytree(shared.run_dir, target, symlinks=True)
+    elif words[0] == "rnnkit" and words[-1] == "&":  # a server, until the block ends
+        start(words[:-1], workdir)
+    elif words[0] == "rnnkit":
+        result = CliRunner().invoke(main, words[1:], catch_exceptions=False)
+        assert result.exit_code == 0, f"{command}\n{result.output[-3000:]}"
+    elif words[0] == "python":
+        completed = preloaded.run(words[1:])
+        assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
+    elif words[0] == "curl":
+        completed = subprocess.run(
+            words, cwd=workdir, capture_output=True, text=True, timeout=300
+        )
+        assert completed.returncode == 0, f"{command}\n{completed.stderr[-3000:]}"
+    else:
+        pytest.fail(f"a command this test cannot run: {command}")
+
+
+@contextlib.contextmanager
+def background_servers() -> Iterator:
+    """`start(words, workdir)` runs `rnnkit serve ... &` as a process and waits until
+    its /health answers; the processes end with the block."""
+    processes = []
+
+    def start(words: list[str], workdir: Path) -> None:
+        port = words[words.index("--port") + 1] if "--port" in words else "8000"
+        log = tempfile.TemporaryFile("w+")
+        process = subprocess.Popen(
+            words, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+        processes.append((process, log))
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"{' '.join(words)} ended: {log.read()[-3000:]}")
+            with contextlib.suppress(OSError):
+                url = f"http://127.0.0.1:{port}/health"
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            time.sleep(0.3)
+        pytest.fail(f"{' '.join(words)}: no answer on port {port} in 300 s")
+
+    try:
+        yield start
+    finally:
+        for process, log in processes:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()

@@ -32,6 +32,8 @@ LAYERS: list[set[str]] = [
     {"training"},
     {"tuning"},
     {"export"},
+    # `rnnkit serve`: runs behind an HTTP API, from any export runtime.
+    {"serving"},
     {"cli"},
     # Public checks for people who extend rnnkit; nothing in rnnkit imports them.
     {"testing"},

@@ -18,11 +18,10 @@ def trained_periods(model) -> list[float] | None:
     return list(found[0].periods) if found else None
 
 
-def forecast_lines(
-    model, path: str | None, config: ForecastingConfig, header: bool
-) -> list[str]:
-    """CSV lines `id,step,time,q...`: the forecast of the `horizon` steps after each
-    series' last value in `path` (the default data when None)."""
+def forecast(model, path: str | None, config: ForecastingConfig):
+    """The forecast of the `horizon` steps after each series' last value in `path`
+    (the default data when None): (grid, quantiles (series, horizon, levels), the
+    sorted levels, each series' forecast times or None)."""
     import numpy as np
     import pandas as pd
     from rnnkit_recipes.forecasting.data import Windows, time_periods, to_grid
@@ -65,14 +64,53 @@ def forecast_lines(
     inputs, _, _ = windows.arrays(rows.astype(np.int64))
     quantiles = model.predict(inputs, batch_size=config.train.batch_size, verbose=0)
     levels = tuple(sorted(config.model.quantiles))
+    times = None
+    if grid.last_times is not None:
+        times = [
+            pd.date_range(last, periods=d.horizon + 1, freq=grid.frequency)[1:]
+            for last in grid.last_times
+        ]
+    return grid, quantiles, levels, times
+
+
+def forecast_lines(
+    model, path: str | None, config: ForecastingConfig, header: bool
+) -> list[str]:
+    """CSV lines `id,step,time,q...`: the forecast of the `horizon` steps after each
+    series' last value in `path` (the default data when None)."""
+    grid, quantiles, levels, times = forecast(model, path, config)
     lines = ["id,step,time," + ",".join(f"q{q:g}" for q in levels)] if header else []
     for index, series_id in enumerate(grid.ids):
-        if grid.last_times is not None:
-            times = pd.date_range(
-                grid.last_times[index], periods=d.horizon + 1, freq=grid.frequency
-            )[1:]
-        for step in range(d.horizon):
-            when = "" if grid.last_times is None else str(times[step])
+        for step in range(config.data.horizon):
+            when = "" if times is None else str(times[index][step])
             values = ",".join(f"{v:.6g}" for v in quantiles[index, step])
             lines.append(f"{series_id},{step + 1},{when},{values}")
     return lines
+
+
+def forecast_records(model, path: str, config: ForecastingConfig) -> list[dict]:
+    """One record per series of the file at `path`: its `id`, the `history` the
+    model read (the last data.input_length values, None where missing) and the
+    `forecast`: `time` (None without a time column) and `quantiles` {level: values}
+    of the horizon's steps, the median the point forecast."""
+    import numpy as np
+
+    grid, quantiles, levels, times = forecast(model, path, config)
+    length = config.data.input_length
+    records = []
+    for index, series_id in enumerate(grid.ids):
+        history = grid.values[index, -length:]
+        records.append(
+            {
+                "id": str(series_id),
+                "history": [None if np.isnan(v) else float(v) for v in history],
+                "forecast": {
+                    "time": None if times is None else [str(t) for t in times[index]],
+                    "quantiles": {
+                        f"{q:g}": [float(v) for v in quantiles[index, :, i]]
+                        for i, q in enumerate(levels)
+                    },
+                },
+            }
+        )
+    return records

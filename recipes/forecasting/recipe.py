@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rnnkit_recipes.forecasting.config import ForecastingConfig, check_values
 
-from rnnkit.recipe import Metrics, Recipe, RecipeData
+from rnnkit.recipe import Metrics, Recipe, RecipeData, RnnkitError, texts_of
 
 if TYPE_CHECKING:
     import keras
@@ -200,6 +200,34 @@ class ForecastingRecipe(Recipe):
         for path in paths:
             lines += forecast_lines(model, path, config, header=not lines)
         return lines
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: ForecastingConfig,
+        calls: dict | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per input (a CSV text in the training file's layout): `{"series":
+        [record, ...]}`, each series' history and forecast quantiles."""
+        import tempfile
+
+        from rnnkit_recipes.forecasting.predict import forecast_records
+
+        if calls is not None:
+            raise RnnkitError(
+                "the forecasting recipe answers /predict from the Keras runtime; "
+                "/v1/models/NAME:predict takes the exported model's inputs"
+            )
+        _check_model_shape(model, config)
+        texts = texts_of(inputs, "a CSV text of series in the training file's layout")
+        out = []
+        for text in texts:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "series.csv"
+                path.write_text(text, encoding="utf-8")
+                out.append({"series": forecast_records(model, str(path), config)})
+        return out
 
     def ensemble(self, models, configs):
         from rnnkit_recipes.forecasting.ensemble import ensemble_model

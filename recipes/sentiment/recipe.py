@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rnnkit_recipes.sentiment.config import SentimentConfig
 
@@ -25,6 +25,8 @@ from rnnkit.recipe import (
     ConfigError,
     Metrics,
     Recipe,
+    RnnkitError,
+    texts_of,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class SentimentRecipe(Recipe):
         "bag-of-words and tf-idf bigram baselines"
     )
     Config = SentimentConfig
+    record_options: ClassVar[tuple[str, ...]] = ("explain",)
 
     def __init__(self) -> None:
         # evaluate() and write_plots() both need the test predictions of one model.
@@ -179,6 +182,21 @@ class SentimentRecipe(Recipe):
             preview = text if len(text) <= 60 else text[:57] + "..."
             lines.append(f"{names[best]:<{width}}  {row[best]:.3f}  {preview}")
         return lines
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: SentimentConfig,
+        calls: dict | None = None,
+        explain: bool = False,
+    ) -> list[dict[str, Any]]:
+        from rnnkit_recipes.sentiment.serve import records
+
+        if not isinstance(explain, bool):
+            raise RnnkitError(f"explain must be true or false, got {explain!r}")
+        texts = texts_of(inputs, "a text to classify")
+        return records(model, texts, config, calls, explain)
 
     def write_plots(
         self,

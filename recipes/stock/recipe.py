@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rnnkit_recipes.stock.config import StockConfig
 
 from rnnkit.recipe import (
     Metrics,
     Recipe,
+    RnnkitError,
+    texts_of,
 )
 
 if TYPE_CHECKING:
@@ -112,6 +114,31 @@ class StockRecipe(Recipe):
         for path in sources:
             lines += forecast_lines(model, path, config)
         return lines
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: StockConfig,
+        calls: dict | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per input (a CSV text of daily prices, as `rnnkit predict` reads a
+        file): the window the model read and the forecast closes."""
+        import tempfile
+
+        if calls is not None:
+            raise RnnkitError(
+                "the stock recipe answers /predict from the Keras runtime; "
+                "/v1/models/NAME:predict takes the exported model's inputs"
+            )
+        texts = texts_of(inputs, "a CSV text of daily prices (date, close, ...)")
+        out = []
+        for text in texts:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "prices.csv"
+                path.write_text(text, encoding="utf-8")
+                out.append(forecast_record(model, str(path), config))
+        return out
 
     def write_plots(
         self, model: keras.Model, data: StockData, config: StockConfig, plot_dir: Path
@@ -285,10 +312,8 @@ def plot_test_forecast(
     return paths
 
 
-def forecast_lines(
-    model: keras.Model, path: str | None, config: StockConfig
-) -> list[str]:
-    """The forecast closes for the `horizon` trading days after a file's last date."""
+def _forecast(model: keras.Model, path: str | None, config: StockConfig):
+    """(source, the window's prices, the forecast dates and closes) for a file."""
     import numpy as np
     import pandas as pd
     from rnnkit_recipes.stock.data import latest_window, load_prices
@@ -302,8 +327,33 @@ def forecast_lines(
     last_close = float(prices["close"].iloc[-1])
     closes = last_close * np.exp(np.cumsum(returns_pct) / 100.0)
     dates = pd.bdate_range(last_date + pd.offsets.BDay(1), periods=len(closes))
+    return source, prices, dates, closes
+
+
+def forecast_lines(
+    model: keras.Model, path: str | None, config: StockConfig
+) -> list[str]:
+    """The forecast closes for the `horizon` trading days after a file's last date."""
+    source, prices, dates, closes = _forecast(model, path, config)
+    last_date = prices["date"].iloc[-1]
+    last_close = float(prices["close"].iloc[-1])
     lines = [f"{source}: last close {last_close:.2f} on {last_date:%Y-%m-%d}"]
     for date, close in zip(dates, closes, strict=True):
         change = 100.0 * (close / last_close - 1.0)
         lines.append(f"  {date:%Y-%m-%d}  forecast close {close:.2f}  ({change:+.2f}%)")
     return lines
+
+
+def forecast_record(model: keras.Model, path: str, config: StockConfig) -> dict:
+    """The window's dates and closes (`history`) and the forecast's (`forecast`)."""
+    _, prices, dates, closes = _forecast(model, path, config)
+    return {
+        "history": {
+            "time": [f"{d:%Y-%m-%d}" for d in prices["date"]],
+            "close": [float(c) for c in prices["close"]],
+        },
+        "forecast": {
+            "time": [f"{d:%Y-%m-%d}" for d in dates],
+            "close": [float(c) for c in closes],
+        },
+    }

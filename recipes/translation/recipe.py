@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rnnkit_recipes.translation.config import TranslationConfig
 
@@ -30,6 +30,7 @@ from rnnkit.recipe import (
     ConfigError,
     Metrics,
     Recipe,
+    texts_of,
 )
 from rnnkit.shared_sections import TransformerModelConfig
 
@@ -240,6 +241,22 @@ class TranslationRecipe(Recipe):
                 if np.isfinite(score):
                     lines.append(f"  {rank}. [{score:.3f}] {text}")
         return lines
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: TranslationConfig,
+        calls: dict | None = None,
+    ) -> list[dict[str, Any]]:
+        from rnnkit_recipes.translation.serve import records
+
+        from rnnkit.data.parallel_text import vocabulary_class
+
+        sentences = texts_of(inputs, "a sentence to translate")
+        kind = vocabulary_class(_saved_tokenizer(model, config))
+        vocabularies = (kind(model.source_tokens), kind(model.target_tokens))
+        return records(model, sentences, config, vocabularies, calls)
 
     def write_plots(
         self,

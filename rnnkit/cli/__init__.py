@@ -1,5 +1,5 @@
 """The `rnnkit` launcher: list, run, evaluate, predict, tune, diagnose, calibrate,
-export, info.
+export, serve, info.
 
 One module per command (`rnnkit/cli/run.py`, ...), each a thin layer of options over
 library code; `_options.py` turns a recipe's config fields into options. The package
@@ -40,6 +40,7 @@ COMMANDS = {
     "list": "rnnkit.cli.list:list_recipes",
     "predict": "rnnkit.cli.predict:predict",
     "run": "rnnkit.cli.run:run",
+    "serve": "rnnkit.cli.serve:serve",
     "tune": "rnnkit.cli.tune:tune",
 }
 
