@@ -127,7 +127,9 @@ Optional hooks (defaults do nothing or refuse):
   (probabilities, attention weights, intervals). `calls` is None for the Keras model,
   else the served runtime's functions by export artefact name; `record_options` names
   its keyword options that a request may set (the sentiment recipe's `explain`).
-  Default: "does not answer /predict yet".
+  Default: "does not answer /predict yet". `predict_stream(model, inputs, config,
+  calls)`: one prediction's text piece by piece as it is made (the language model's
+  sampled text), for `rnnkit serve`'s streaming route; default: "does not stream".
 
 What the commands call
 ----------------------
@@ -145,7 +147,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -256,6 +258,21 @@ class Recipe:
         raise RnnkitError(
             f"recipe {self.name!r} does not answer /predict yet; call "
             "/v1/models/NAME:predict with its model inputs"
+        )
+
+    def predict_stream(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: RecipeConfig,
+        calls: dict[str, Any] | None = None,
+    ) -> Iterator[str]:
+        """The text of one prediction piece by piece as it is made, for `rnnkit
+        serve`'s streaming route (optional hook; the language model's sampled
+        text). Default: "does not stream"."""
+        raise RnnkitError(
+            f"recipe {self.name!r} does not stream its predictions; POST "
+            "/models/NAME/predict"
         )
 
     def write_plots(

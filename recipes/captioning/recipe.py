@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rnnkit_recipes.captioning.config import CaptioningConfig
 
@@ -234,6 +234,22 @@ class CaptioningRecipe(Recipe):
                 if np.isfinite(score):
                     lines.append(f"  {rank}. [{score:.3f}] {text}")
         return lines
+
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: CaptioningConfig,
+        calls: dict | None = None,
+    ) -> list[dict[str, Any]]:
+        from rnnkit_recipes.captioning.serve import records
+
+        if calls is not None:
+            raise DataError(
+                "the captioning recipe answers /predict from the Keras runtime; "
+                "/v1/models/NAME:predict takes the exported model's inputs"
+            )
+        return records(model, inputs, config)
 
     def write_plots(
         self,

@@ -39,6 +39,38 @@ def reader(model: keras.Model, batch_size: int, stateful: bool) -> keras.Model:
 
 def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> str:
     """The prompt followed by `evaluation.length` sampled tokens."""
+    tokens = list(sampled(model, prompt, config))
+    return joined(prompt, tokens, config.data.level)
+
+
+def joined(prompt: str, tokens: list[str], level: str) -> str:
+    """The text of a prompt and the tokens sampled after it."""
+    from rnnkit_recipes.language_model.data import EOS
+
+    if level == "char":
+        return prompt + "".join(tokens)
+    words = [prompt.strip(), *tokens]
+    return " ".join(words).replace(f" {EOS} ", "\n").replace(f" {EOS}", "\n")
+
+
+def pieces(model: keras.Model, prompt: str, config: LanguageModelConfig):
+    """The text as it is generated, for streaming: the prompt, then what each
+    sampled token adds to `generate`'s text (a character; a space and a word; a
+    line end). Joined, they are the text `generate` returns for the same seed."""
+    level = config.data.level
+    tokens: list[str] = []
+    shown = joined(prompt, tokens, level)
+    yield shown
+    for token in sampled(model, prompt, config):
+        tokens.append(token)
+        text = joined(prompt, tokens, level)
+        if text.startswith(shown):  # a line end may wait for the next token
+            yield text[len(shown) :]
+            shown = text
+
+
+def sampled(model: keras.Model, prompt: str, config: LanguageModelConfig):
+    """The tokens sampled after `prompt`, one at a time."""
     from rnnkit_recipes.language_model.data import EOS, tokenize
 
     from rnnkit import decoding
@@ -58,7 +90,7 @@ def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> st
         next_logits = CachedContext(model)
     else:
         next_logits = reader(model, 1, stateful=True).predict_on_batch
-    generated = decoding.sample_sequence(
+    for token in decoding.sampled_tokens(
         next_logits,
         prompt_ids,
         evaluation.length,
@@ -66,12 +98,8 @@ def generate(model: keras.Model, prompt: str, config: LanguageModelConfig) -> st
         top_k=evaluation.top_k,
         top_p=evaluation.top_p,
         seed=evaluation.seed,
-    )
-    tokens = [model.tokens[i] for i in generated]
-    if level == "char":
-        return prompt + "".join(tokens)
-    words = [prompt.strip(), *tokens]
-    return " ".join(words).replace(f" {EOS} ", "\n").replace(f" {EOS}", "\n")
+    ):
+        yield model.tokens[token]
 
 
 class CachedContext:

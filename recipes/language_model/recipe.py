@@ -39,9 +39,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rnnkit_recipes.language_model.config import (
     RNN_MODEL_FIELDS,
@@ -55,6 +55,8 @@ from rnnkit.recipe import (
     ConfigError,
     Metrics,
     Recipe,
+    RnnkitError,
+    texts_of,
 )
 from rnnkit.shared_sections import TransformerModelConfig
 
@@ -273,6 +275,37 @@ class LanguageModelRecipe(Recipe):
 
         return [generate(model, prompt, config) for prompt in _prompts(inputs)]
 
+    def predict_records(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: LanguageModelConfig,
+        calls: dict | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per prompt: `{"text": the prompt and what was sampled after it}`;
+        a prompt is stripped of surrounding spaces, as `rnnkit predict` reads it."""
+        from rnnkit_recipes.language_model.decode import generate
+
+        _keras_only(calls)
+        prompts = [p.strip() for p in texts_of(inputs, "a prompt to continue")]
+        return [{"text": generate(model, prompt, config)} for prompt in prompts]
+
+    def predict_stream(
+        self,
+        model: keras.Model,
+        inputs: Sequence[Any],
+        config: LanguageModelConfig,
+        calls: dict | None = None,
+    ) -> Iterator[str]:
+        """The text of one prompt piece by piece as it is sampled."""
+        from rnnkit_recipes.language_model.decode import pieces
+
+        _keras_only(calls)
+        prompts = [p.strip() for p in texts_of(inputs, "a prompt to continue")]
+        if len(prompts) != 1:
+            raise RnnkitError(f"give one prompt to stream, not {len(prompts)}")
+        return pieces(model, prompts[0], config)
+
     def write_plots(
         self,
         model: keras.Model,
@@ -430,3 +463,11 @@ def mean_cross_entropy(
 def _stream_count(ids: np.ndarray, wanted: int) -> int:
     """`wanted` streams, or fewer for a split too short to give each a token."""
     return max(1, min(wanted, len(ids) - 1))
+
+
+def _keras_only(calls) -> None:
+    if calls is not None:
+        raise RnnkitError(
+            "the language model generates from the Keras runtime; "
+            "/v1/models/NAME:predict takes the exported step's inputs"
+        )

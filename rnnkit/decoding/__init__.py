@@ -7,7 +7,7 @@
   the interface, the length limits and the `SearchResult` they return are described
   in `rnnkit.decoding.search`. `greedy_loop` is the greedy loop as tensors, for a
   graph of your own (the exported SavedModels' `translate` and `caption`).
-- `sampling_probabilities`, `sample_next` and `sample_sequence`
+- `sampling_probabilities`, `sample_next`, `sample_sequence` and `sampled_tokens`
   (`rnnkit.decoding.sampling`) draw the next token of a language model with a
   temperature, top-k and nucleus (top-p) filtering, seeded.
 """
@@ -17,6 +17,7 @@ from rnnkit.decoding.greedy import greedy_loop, greedy_search
 from rnnkit.decoding.sampling import (
     sample_next,
     sample_sequence,
+    sampled_tokens,
     sampling_probabilities,
 )
 from rnnkit.decoding.search import SearchResult, length_penalty
@@ -29,5 +30,6 @@ __all__ = [
     "length_penalty",
     "sample_next",
     "sample_sequence",
+    "sampled_tokens",
     "sampling_probabilities",
 ]

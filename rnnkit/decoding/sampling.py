@@ -1,16 +1,17 @@
 """Sampling the next token of a language model.
 
-Sampling (`sampling_probabilities`, `sample_next`, `sample_sequence`) draws the next
-token from the softmax of the logits divided by a temperature, restricted to the `top_k`
-most probable tokens and to the nucleus, the smallest set of most probable tokens whose
-probability reaches `top_p` (Holtzman et al. 2020), then renormalised. Temperature 0 is
-greedy decoding. It runs in numpy with a seeded `numpy.random.Generator`, so the same
+Sampling (`sampling_probabilities`, `sample_next`, `sample_sequence` and
+`sampled_tokens`, the same one id at a time) draws the next token from the softmax of
+the logits divided by a temperature, restricted to the `top_k` most probable tokens
+and to the nucleus, the smallest set of most probable tokens whose probability reaches
+`top_p` (Holtzman et al. 2020), then renormalised. Temperature 0 is greedy decoding.
+It runs in numpy with a seeded `numpy.random.Generator`, so the same
 seed gives the same text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,20 +114,44 @@ def sample_sequence(
     Returns:
         The generated ids (not the prompt).
     """
+    return list(
+        sampled_tokens(
+            next_logits,
+            prompt_ids,
+            length,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop_id=stop_id,
+        )
+    )
+
+
+def sampled_tokens(
+    next_logits: Callable[[np.ndarray], Any],
+    prompt_ids: Sequence[int],
+    length: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stop_id: int | None = None,
+) -> Iterator[int]:
+    """`sample_sequence` one id at a time, as each is drawn (to stream a text)."""
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one id")
     if length < 0:
         raise ValueError(f"length must be >= 0; received {length}")
     rng = np.random.default_rng(seed)
-    generated: list[int] = []
     ids = np.asarray([list(prompt_ids)], "int32")  # (1, prompt length)
     for _ in range(length):
         logits = np.asarray(next_logits(ids))
         if logits.ndim == 3:
             logits = logits[:, -1]  # (1, vocabulary)
         token = int(sample_next(logits, rng, temperature, top_k, top_p)[0])
-        generated.append(token)
+        yield token
         if token == stop_id:
             break
         ids = np.asarray([[token]], "int32")
-    return generated

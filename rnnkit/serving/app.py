@@ -4,6 +4,7 @@ and the JSON errors. See `rnnkit.serving` for what each route takes and returns.
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations
 # (`request: Request`, imported inside `create_app`) as objects.
 import dataclasses
+import itertools
 import json
 import logging
 from importlib import resources
@@ -56,6 +57,7 @@ def create_app(models: list[ServedModel], limits: Limits | None = None):
     invalid = optional_import("fastapi.exceptions").RequestValidationError
     responses = optional_import("fastapi.responses")
     HTMLResponse, JSONResponse = responses.HTMLResponse, responses.JSONResponse
+    StreamingResponse = responses.StreamingResponse
     HTTPException = optional_import("starlette.exceptions").HTTPException
 
     limits = limits or Limits()
@@ -101,6 +103,8 @@ def create_app(models: list[ServedModel], limits: Limits | None = None):
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
             raise _too_large(limits)
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            return await upload_of(request, declared)
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -114,6 +118,25 @@ def create_app(models: list[ServedModel], limits: Limits | None = None):
         if not isinstance(body, dict):
             raise RequestError(400, "the body must be a JSON object")
         return body
+
+    async def upload_of(request: Request, declared: str | None) -> dict[str, Any]:
+        """A multipart upload: its files are the inputs (bytes), its `options`
+        field the options (JSON)."""
+        if not declared:
+            raise RequestError(411, "an upload needs a Content-Length header")
+        try:
+            form = await request.form(max_files=limits.max_instances, max_fields=4)
+        except Exception as exc:
+            raise RequestError(400, f"malformed upload: {exc}") from None
+        try:
+            files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+            inputs = [await f.read() for f in files]
+            options = json.loads(form.get("options") or "{}")
+        except ValueError as exc:
+            raise RequestError(400, f"the options field is not JSON: {exc}") from None
+        finally:
+            await form.close()
+        return {"inputs": inputs, "options": options}
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -169,6 +192,13 @@ def create_app(models: list[ServedModel], limits: Limits | None = None):
         body = await body_of(request)
         return await _in_thread(_records, model, body, limits, batchers[name])
 
+    @app.post("/models/{name}/stream")
+    async def stream(name: str, request: Request):
+        model = served(name)
+        body = await body_of(request)
+        lines = await _in_thread(_stream, model, body, limits)
+        return StreamingResponse(lines, media_type="application/x-ndjson")
+
     def _not_found(request: Request) -> str:
         return (
             f"no route {request.method} {request.url.path}; see GET /metadata, POST "
@@ -211,6 +241,51 @@ def _batcher(model: ServedModel, limits: Limits):
 
 def _records(model: ServedModel, body: dict, limits: Limits, batcher) -> dict:
     """`/predict`: the recipe's `predict_records` on the body's `inputs`."""
+    inputs, options = _inputs_of(body, limits)
+    config, keywords = _options(model, options, limits)
+    try:
+        predictions = batcher(inputs, config, keywords, options)
+    except (RnnkitError, ValueError, TypeError) as exc:
+        raise RequestError(400, str(exc).splitlines()[0]) from None
+    return {"model": model.name, "predictions": predictions}
+
+
+def _stream(model: ServedModel, body: dict, limits: Limits):
+    """`/stream`: newline-delimited JSON, `{"piece": ...}` as each piece of the
+    text is made, then `{"done": true, "text": ...}` (or `{"error": ...}`). The
+    model is held for the whole stream (a language model's state is its own)."""
+    inputs, options = _inputs_of(body, limits)
+    config, keywords = _options(model, options, limits)
+    model.lock.acquire()
+    try:
+        pieces = model.recipe.predict_stream(
+            model.model, inputs, config, model.calls, **keywords
+        )
+        first = list(itertools.islice(pieces, 1))  # bad input fails here, as a 400
+    except (RnnkitError, ValueError, TypeError) as exc:
+        model.lock.release()
+        raise RequestError(400, str(exc).splitlines()[0]) from None
+    except BaseException:
+        model.lock.release()
+        raise
+
+    def lines():
+        text = []
+        try:
+            for piece in itertools.chain(first, pieces):
+                text.append(piece)
+                yield json.dumps({"piece": piece}) + "\n"
+            yield json.dumps({"done": True, "text": "".join(text)}) + "\n"
+        except Exception as exc:  # the status line is sent: say it in the stream
+            log.exception("rnnkit serve: a stream of %s failed", model.name)
+            yield json.dumps({"error": f"internal error ({type(exc).__name__})"}) + "\n"
+        finally:
+            model.lock.release()
+
+    return lines()
+
+
+def _inputs_of(body: dict, limits: Limits) -> tuple[list, dict]:
     unknown = set(body) - {"inputs", "options"}
     if unknown:
         raise RequestError(
@@ -225,13 +300,7 @@ def _records(model: ServedModel, body: dict, limits: Limits, batcher) -> dict:
             400 if not inputs else 413,
             f"{len(inputs)} inputs; give 1 to {limits.max_instances} per request",
         )
-    options = body.get("options") or {}
-    config, keywords = _options(model, options, limits)
-    try:
-        predictions = batcher(inputs, config, keywords, options)
-    except (RnnkitError, ValueError, TypeError) as exc:
-        raise RequestError(400, str(exc).splitlines()[0]) from None
-    return {"model": model.name, "predictions": predictions}
+    return inputs, body.get("options") or {}
 
 
 def _options(model: ServedModel, options: Any, limits: Limits):

@@ -253,10 +253,10 @@ def long_csv(values, times) -> str:
     return "id,time,target\n" + "\n".join(rows) + "\n"
 
 
-def test_forecast_records_are_the_commands_forecast(tmp_path_factory, tmp_path):
+def test_forecasts_and_generated_text_are_the_commands(tmp_path_factory, tmp_path):
     """A forecasting run answers a CSV text with the quantiles `rnnkit predict`
-    prints for the same file, and the history the model read; a language model,
-    which has no records yet, says which API it answers."""
+    prints for the same file, and the history the model read; a language model
+    with the text `rnnkit predict` samples, whole or streamed piece by piece."""
     from fastapi.testclient import TestClient
     from rnnkit_recipes.forecasting.panel import default_panel
 
@@ -287,6 +287,101 @@ def test_forecast_records_are_the_commands_forecast(tmp_path_factory, tmp_path):
     assert series["forecast"]["time"][0].startswith(rows[0][2][:16])
     length = forecasting.config.data.input_length
     np.testing.assert_allclose(series["history"], panel.values[0][-length:], rtol=1e-5)
-    refused = client.post("/models/language_model/predict", json={"inputs": ["the"]})
+    # The language model: its text as `rnnkit predict` samples it, and streamed.
+    language_model = models[1]
+    options = {"length": 40, "seed": 3}
+    config = language_model.config.with_values(
+        {"evaluation.length": 40, "evaluation.seed": 3}
+    )
+    (expected,) = language_model.recipe.predict(
+        language_model.model, ["the time "], config
+    )
+    ask = {"inputs": ["the time "], "options": options}
+    records = answer(client.post("/models/language_model/predict", json=ask))
+    assert records["predictions"] == [{"text": expected}]
+    streamed = client.post("/models/language_model/stream", json=ask)
+    assert streamed.headers["content-type"] == "application/x-ndjson"
+    *pieces, done = [json.loads(line) for line in streamed.text.splitlines()]
+    assert len(pieces) > 10 and "".join(p["piece"] for p in pieces) == expected
+    assert done == {"done": True, "text": expected}
+    too_long = {"inputs": ["the"], "options": {"length": 10_000}}
+    capped = client.post("/models/language_model/stream", json=too_long)
+    assert capped.status_code == 400 and "cap 512" in capped.json()["error"]
+    refused = client.post("/models/forecasting/stream", json={"inputs": [text]})
     assert refused.status_code == 400
-    assert "/v1/models/NAME:predict" in refused.json()["error"]
+    assert "does not stream" in refused.json()["error"]
+
+
+def test_an_uploaded_image_is_captioned_as_the_command_captions_it(
+    tmp_path_factory, tmp_path
+):
+    import base64
+    import zipfile
+
+    from fastapi.testclient import TestClient
+
+    from rnnkit import serving
+    from tests.recipes.test_captioning import IMAGE_ZIP, real_images, require_data
+    from tests.serving.conftest import run_dir
+
+    require_data()
+    (captioning,) = serving.load_all(
+        [str(run_dir(tmp_path_factory, "captioning"))], "keras"
+    )
+    client = TestClient(serving.create_app([captioning]), raise_server_exceptions=False)
+    (name,) = real_images(1, "Flickr_8k.testImages.txt")
+    with zipfile.ZipFile(IMAGE_ZIP) as archive:
+        image = archive.read(f"flickr8k_images_256/{name}")
+    (tmp_path / name).write_bytes(image)
+    (line,) = captioning.recipe.predict(
+        captioning.model, [str(tmp_path / name)], captioning.config
+    )
+    files = {"image": (name, image, "image/jpeg")}
+    (record,) = answer(client.post("/predict", files=files))["predictions"]
+    assert f"{tmp_path / name}: {record['caption']}" == line
+    rows, columns = record["grid"]
+    assert len(record["attention"]) == len(record["words"])
+    assert all(len(w) == rows * columns for w in record["attention"])
+    np.testing.assert_allclose(np.sum(record["attention"], axis=1), 1.0, atol=2e-3)
+    b64 = {"inputs": [{"b64": base64.b64encode(image).decode()}]}
+    assert answer(client.post("/predict", json=b64))["predictions"] == [record]
+    text = {"image": ("notes.txt", b"not an image at all", "text/plain")}
+    refused = client.post("/predict", files=text)
+    assert refused.status_code == 400
+    assert "is not an image that can be read" in refused.json()["error"]
+    assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("runtime", ["saved_model", "litert"])
+def test_the_saved_model_and_litert_runtimes_answer_as_keras_does(
+    runtime, smoke_runs, keras_client, tmp_path
+):
+    """The sentiment run from its SavedModel (raw texts in its `classify`
+    signature) and its LiteRT file (token ids), exported into a copy of the run."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from rnnkit import serving
+
+    copy = tmp_path / "sentiment"
+    shutil.copytree(smoke_runs["sentiment"], copy)
+    (served,) = serving.load_all([str(copy)], runtime)
+    assert (copy / "export" / ("tflite" if runtime == "litert" else runtime)).is_dir()
+    client = TestClient(serving.create_app([served]), raise_server_exceptions=False)
+    ask = {"inputs": REVIEWS}
+    mine = answer(client.post("/predict", json=ask))["predictions"]
+    theirs = answer(keras_client.post("/models/sentiment/predict", json=ask))
+    for record, expected in zip(mine, theirs["predictions"], strict=True):
+        assert record["label"] == expected["label"]
+        for name, value in expected["probabilities"].items():
+            assert record["probabilities"][name] == pytest.approx(value, abs=1e-5)
+    signature = answer(client.get("/metadata"))["models"]["sentiment"]
+    if runtime == "saved_model":
+        assert signature["serving_default"] == "classify"
+        rows = answer(
+            client.post("/v1/models/sentiment:predict", json={"instances": REVIEWS[:2]})
+        )["predictions"]
+        assert [r["label"] for r in rows] == [r["label"] for r in mine[:2]]
+    else:
+        assert list(signature["signatures"]) == ["model"]
