@@ -181,6 +181,7 @@ __all__ = [
     "RnnkitError",
     "TrainConfig",
     "field",
+    "csv_texts_of",
     "section",
     "texts_of",
 ]
@@ -420,3 +421,28 @@ def texts_of(inputs: Sequence[Any], what: str) -> list[str]:
                 f"a text: give {what} as a string"
             )
     return list(inputs)
+
+
+def csv_texts_of(inputs: Sequence[Any], what: str) -> list[str]:
+    """`inputs` as CSV texts for a recipe's `predict_records`: each a CSV text, or
+    a JSON object of equal-length columns ({"time": [...], "target": [...]}).
+
+    Raises:
+        RnnkitError: no input, one of another kind, or columns of unequal length.
+    """
+    import pandas as pd
+
+    if isinstance(inputs, str | dict) or not isinstance(inputs, Sequence):
+        inputs = [inputs]
+    texts = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, dict):
+            lengths = {len(v) if isinstance(v, list) else -1 for v in value.values()}
+            if len(lengths) != 1 or -1 in lengths or not value:
+                raise RnnkitError(
+                    f"input {index}: give {what} as columns of equal length, "
+                    '{"column": [values...], ...}'
+                )
+            value = pd.DataFrame(value).to_csv(index=False)
+        texts.append(value)
+    return texts_of(texts, what)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rnnkit_recipes.forecasting.config import ForecastingConfig, check_values
 
-from rnnkit.recipe import Metrics, Recipe, RecipeData, RnnkitError, texts_of
+from rnnkit.recipe import Metrics, Recipe, RecipeData, RnnkitError, csv_texts_of
 
 if TYPE_CHECKING:
     import keras
@@ -208,8 +208,9 @@ class ForecastingRecipe(Recipe):
         config: ForecastingConfig,
         calls: dict | None = None,
     ) -> list[dict[str, Any]]:
-        """Per input (a CSV text in the training file's layout): `{"series":
-        [record, ...]}`, each series' history and forecast quantiles."""
+        """Per input (a CSV text in the training file's layout, or its columns as
+        a JSON object): `{"series": [record, ...]}`, each series' history and
+        forecast quantiles."""
         import tempfile
 
         from rnnkit_recipes.forecasting.predict import forecast_records
@@ -220,7 +221,7 @@ class ForecastingRecipe(Recipe):
                 "/v1/models/NAME:predict takes the exported model's inputs"
             )
         _check_model_shape(model, config)
-        texts = texts_of(inputs, "a CSV text of series in the training file's layout")
+        texts = csv_texts_of(inputs, "series in the training file's layout")
         out = []
         for text in texts:
             with tempfile.TemporaryDirectory() as folder:

@@ -18,7 +18,7 @@ from rnnkit.recipe import (
     Metrics,
     Recipe,
     RnnkitError,
-    texts_of,
+    csv_texts_of,
 )
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ class StockRecipe(Recipe):
         calls: dict | None = None,
     ) -> list[dict[str, Any]]:
         """Per input (a CSV text of daily prices, as `rnnkit predict` reads a
-        file): the window the model read and the forecast closes."""
+        file, or its columns as a JSON object): the window the model read and the
+        forecast closes."""
         import tempfile
 
         if calls is not None:
@@ -131,7 +132,7 @@ class StockRecipe(Recipe):
                 "the stock recipe answers /predict from the Keras runtime; "
                 "/v1/models/NAME:predict takes the exported model's inputs"
             )
-        texts = texts_of(inputs, "a CSV text of daily prices (date, close, ...)")
+        texts = csv_texts_of(inputs, "daily prices (date, close, ...)")
         out = []
         for text in texts:
             with tempfile.TemporaryDirectory() as folder:

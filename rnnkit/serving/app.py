@@ -132,7 +132,7 @@ def create_app(models: list[ServedModel], limits: Limits | None = None):
             files = [v for _, v in form.multi_items() if hasattr(v, "read")]
             inputs = [await f.read() for f in files]
             options = json.loads(form.get("options") or "{}")
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise RequestError(400, f"the options field is not JSON: {exc}") from None
         finally:
             await form.close()

@@ -287,6 +287,18 @@ def test_forecasts_and_generated_text_are_the_commands(tmp_path_factory, tmp_pat
     assert series["forecast"]["time"][0].startswith(rows[0][2][:16])
     length = forecasting.config.data.input_length
     np.testing.assert_allclose(series["history"], panel.values[0][-length:], rtol=1e-5)
+    # The same series as JSON columns.
+    rows = [line.split(",") for line in text.splitlines()[1:]]
+    columns = {
+        "id": [r[0] for r in rows],
+        "time": [r[1] for r in rows],
+        "target": [float(r[2]) for r in rows],
+    }
+    again = answer(client.post("/models/forecasting/predict", json={"inputs": columns}))
+    assert again["predictions"] == record["predictions"]
+    ragged = {"inputs": [{"time": ["2020-01-01"], "target": [1.0, 2.0]}]}
+    refused = client.post("/models/forecasting/predict", json=ragged)
+    assert refused.status_code == 400 and "equal length" in refused.json()["error"]
     # The language model: its text as `rnnkit predict` samples it, and streamed.
     language_model = models[1]
     options = {"length": 40, "seed": 3}
