@@ -20,14 +20,15 @@ from rnnkit.errors import RnnkitError
     "--task",
     default="text",
     show_default=True,
-    help="text: next-token gradients on a text (or RUN_DIR); adding, copy or "
-    "adding,copy: the memory tasks (rnnkit.diagnostics.memory_tasks).",
+    help="text: next-token gradients on a text (or RUN_DIR); adding, copy, "
+    "selective_copy or a comma-separated list of them: the memory tasks "
+    "(rnnkit.diagnostics.memory_tasks).",
 )
 @click.option(
     "--lengths",
     help="Memory tasks: comma-separated T (sequence length of adding, delay of "
-    "copy); default adding 10,25,50,100,200 and copy 5,10,20 (--quick: 20 "
-    "and 5).",
+    "copy, data steps of selective_copy); default adding 10,25,50,100,200, copy "
+    "5,10,20, selective_copy 16,32,64 (--quick: 20, 5 and 12).",
 )
 @click.option(
     "--cells",
@@ -81,14 +82,14 @@ from rnnkit.errors import RnnkitError
     "--units",
     type=click.IntRange(min=1),
     help="Without RUN_DIR: recurrent units (default: 128; memory tasks: adding 64, "
-    "copy 128, --quick 32).",
+    "copy and selective_copy 128, --quick 32).",
 )
 @click.option(
     "--steps",
     type=click.IntRange(min=0),
     help="Training steps (Adam) between the fresh and trained pictures (default: "
     "300); memory tasks: the budget of each model (default: adding 2000, copy "
-    "3000; --quick 400).",
+    "and selective_copy 3000; --quick 400).",
 )
 @click.option(
     "--window",
@@ -139,11 +140,12 @@ def diagnose(
     norm before and after clipping. Writes CSV and PNG files. Runs on the device at
     hand, whatever device and strategy the run trained with.
 
-    With --task adding,copy: trains fresh cells on the adding problem and the
-    copy-memory task at each of --lengths, with and without clipping (--clip), and
-    writes the test error against each task's baseline, the steps to solve, and
-    ||dL/dh_t|| and sigma_max(W_hh) of the trained models (minutes; --quick:
-    seconds; docs/guides/diagnostics.md has the measured time).
+    With --task adding,copy,selective_copy: trains fresh cells on the adding
+    problem, the copy-memory task and selective copying at each of --lengths, with
+    and without clipping (--clip), and writes the test error against each task's
+    baseline, the steps to solve, and ||dL/dh_t|| and sigma_max(W_hh) of the trained
+    models (minutes; --quick: seconds; docs/guides/diagnostics.md has the measured
+    time).
     """
     if options["task"] != "text":
         _memory_tasks(run_dir, cells, assignments, options)

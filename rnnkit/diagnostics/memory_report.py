@@ -17,6 +17,7 @@ interrupted sweep keeps what it measured):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,11 +126,12 @@ def describe(row: dict[str, Any], budget: int) -> str:
         outcome = f"not solved: stopped at {row['steps_trained']} steps on validation"
     else:
         outcome = f"not solved in {row['steps_trained']} steps"
+    sigma = row["sigma_max_W_hh"]
+    sigma = "none (no W_hh)" if math.isnan(sigma) else f"{sigma:.2f}"
     return (
         f"{row['task']:6} {row['cell']:10} T={row['length']:<4} {clip:9} "
         f"error {row['test_error']:.4g} = {row['error_vs_baseline']:.3f} x baseline, "
-        f"{outcome} ({row['seconds']:.0f} s), sigma_max(W_hh) "
-        f"{row['sigma_max_W_hh']:.2f}"
+        f"{outcome} ({row['seconds']:.0f} s), sigma_max(W_hh) {sigma}"
     )
 
 

@@ -11,6 +11,13 @@ Two standard synthetic benchmarks, generated with numpy from a seed:
   blanks, a delimiter, 10 blanks (T + 20 steps, one-hot); the output is T + 10 blanks,
   then the 10 symbols. Blanks followed by uniform guesses has cross-entropy
   10 log(8) / (T + 20) per step.
+- **selective_copy** (Gu & Dao 2023, "Mamba", section 3.1: S4 18.3 %, Mamba 99.8 %):
+  the 10 symbols at random positions (in order) among T steps of blanks, a delimiter,
+  10 blanks (T + 11 steps, one-hot); the output is blanks, then the 10 symbols in
+  order. Unlike copy, where they are, and so when to read them, differs in every
+  sequence: the cell must choose what to keep from what it reads, which a
+  recurrence whose decay reads nothing (the LRU) cannot. Blanks followed by uniform
+  guesses has cross-entropy 10 log(8) / (T + 11) per step.
 
 A task is **solved** at a length when the test error is at most `SOLVED_FRACTION` of
 the task's baseline (rnnkit's convention, the same for both tasks: adding MSE <= 0.0083;
@@ -32,7 +39,7 @@ import numpy as np
 
 from rnnkit.errors import RnnkitError
 
-TASKS = ("adding", "copy")
+TASKS = ("adding", "copy", "selective_copy")
 CELLS = ("simple_rnn", "lstm", "gru")
 # Solved: test error at most this share of the baseline's (see the module docstring).
 SOLVED_FRACTION = 0.05
@@ -62,16 +69,21 @@ class MemorySettings:
 DEFAULT = {
     "adding": MemorySettings(),
     "copy": MemorySettings(units=128, steps=3000),
+    "selective_copy": MemorySettings(units=128, steps=3000),
 }
 # Seconds, for tests and notebooks: small models, a small budget, one short length.
 _QUICK = MemorySettings(
     units=32, steps=400, batch_size=32, learning_rate=0.01, check_every=25,
     validation_size=128, test_size=256, probe_size=8,
 )  # fmt: skip
-QUICK = {"adding": _QUICK, "copy": _QUICK}
+QUICK = {"adding": _QUICK, "copy": _QUICK, "selective_copy": _QUICK}
 # T per task when none is given: the copy task is much harder at the same T.
-DEFAULT_LENGTHS = {"adding": (10, 25, 50, 100, 200), "copy": (5, 10, 20)}
-QUICK_LENGTHS = {"adding": (20,), "copy": (5,)}
+DEFAULT_LENGTHS = {
+    "adding": (10, 25, 50, 100, 200),
+    "copy": (5, 10, 20),
+    "selective_copy": (16, 32, 64),
+}
+QUICK_LENGTHS = {"adding": (20,), "copy": (5,), "selective_copy": (12,)}
 
 
 def adding_data(
@@ -113,18 +125,50 @@ def copy_data(
     return one_hot, targets.astype("int32")
 
 
+def selective_copy_data(
+    length: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` selective-copying sequences of T data steps: one-hot inputs (count,
+    T + 11, 10) and target classes (count, T + 11); the 10 symbols stand at random
+    positions of the first T steps, in the order they are to be recalled."""
+    check_length(length, "selective_copy", minimum=COPY_SYMBOLS)
+    steps = length + 1 + COPY_SYMBOLS
+    symbols = rng.integers(1, COPY_ALPHABET + 1, size=(count, COPY_SYMBOLS))
+    order = np.argsort(rng.random((count, length)), axis=1)
+    positions = np.sort(order[:, :COPY_SYMBOLS], axis=1)
+    inputs = np.full((count, steps), COPY_BLANK)
+    np.put_along_axis(inputs, positions, symbols, axis=1)
+    inputs[:, length] = COPY_DELIMITER
+    targets = np.full((count, steps), COPY_BLANK)
+    targets[:, -COPY_SYMBOLS:] = symbols
+    one_hot = np.eye(COPY_CLASSES, dtype="float32")[inputs]
+    return one_hot, targets.astype("int32")
+
+
+def task_steps(task: str, length: int) -> int:
+    """The steps of one sequence of `task` at `length`."""
+    if task == "adding":
+        return length
+    return length + (2 * COPY_SYMBOLS if task == "copy" else 1 + COPY_SYMBOLS)
+
+
 def task_data(
     task: str, length: int, count: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    return (adding_data if task == "adding" else copy_data)(length, count, rng)
+    make = {
+        "adding": adding_data,
+        "copy": copy_data,
+        "selective_copy": selective_copy_data,
+    }[task]
+    return make(length, count, rng)
 
 
 def baseline_error(task: str, length: int) -> float:
     """The error of the memoryless baseline in closed form: 1/6 (adding, predicting
-    1.0), 10 log(8) / (T + 20) (copy, blanks then uniform guesses)."""
+    1.0), 10 log(8) / steps (copy, selective copy: blanks then uniform guesses)."""
     if task == "adding":
         return 1.0 / 6.0
-    return COPY_SYMBOLS * math.log(COPY_ALPHABET) / (length + 2 * COPY_SYMBOLS)
+    return COPY_SYMBOLS * math.log(COPY_ALPHABET) / task_steps(task, length)
 
 
 def baseline_outputs(task: str, targets: np.ndarray) -> np.ndarray:
@@ -163,14 +207,14 @@ def check_length(length: int, task: str, minimum: int = 1) -> None:
 
 def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
     """One recurrent layer of rnnkit's `cell` and a dense read-out: of h_T (adding)
-    or of every h_t (copy, logits over the 10 classes)."""
+    or of every h_t (copy, selective copy: logits over the 10 classes)."""
     import keras
 
     from rnnkit.layers import get_recurrent
 
-    steps = length if task == "adding" else length + 2 * COPY_SYMBOLS
+    steps = task_steps(task, length)
     features = 2 if task == "adding" else COPY_CLASSES
-    recurrent = get_recurrent(cell)(units, return_sequences=task == "copy", name=cell)
+    recurrent = get_recurrent(cell)(units, return_sequences=task != "adding", name=cell)
     head = keras.layers.Dense(1 if task == "adding" else COPY_CLASSES, name="head")
     return keras.Sequential(
         [keras.Input((steps, features)), recurrent, head], name=f"{task}_{cell}"
@@ -274,7 +318,9 @@ def gradient_probe(
 
     norms = state_gradient_norms([recurrent.cell], inputs, loss)  # (batch, 1, T)
     by_distance = norms[:, 0].mean(axis=0)[::-1]
-    sigma = spectral_norms([recurrent])[0]["sigma_max"]
+    # A cell whose gates read x_t only (minGRU, the LRU) has no W_hh: NaN.
+    has_kernel = hasattr(recurrent.cell, "recurrent_kernel")
+    sigma = spectral_norms([recurrent])[0]["sigma_max"] if has_kernel else math.nan
     return by_distance, sigma
 
 

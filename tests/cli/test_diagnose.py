@@ -1,6 +1,7 @@
 """`rnnkit diagnose`: the command over rnnkit.diagnostics."""
 
 import csv
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -75,6 +76,27 @@ def test_memory_tasks_quick_lstm_solves_what_the_simple_rnn_cannot(tmp_path):
     assert len(gradients) == 1 + 2 * 20  # every distance of both models
     for name in ("memory_errors.png", "memory_gradients.png"):
         assert (output / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_selective_copying_trains_a_cell_without_a_recurrent_kernel(tmp_path):
+    """The selective-copying task end to end for the LRU, which has no W_hh: a
+    row, its gradients at every distance, and no sigma_max to report."""
+    output = tmp_path / "memory"
+    result = CliRunner().invoke(
+        main,
+        ["diagnose", "--task", "selective_copy", "--quick", "--cells", "lru",
+         "--clip", "on", "--lengths", "10", "--steps", "50", "--output", str(output)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "sigma_max(W_hh) none (no W_hh)" in result.output
+    with open(output / "memory_results.csv") as file:
+        (row,) = csv.DictReader(file)
+    assert row["task"] == "selective_copy" and row["length"] == "10"
+    assert row["steps_trained"] == "50"
+    # The baseline: blanks, then uniform guesses over 8 symbols, on T + 11 steps.
+    assert float(row["baseline"]) == pytest.approx(10 * math.log(8) / 21)
+    gradients = (output / "memory_gradients.csv").read_text().splitlines()
+    assert len(gradients) == 1 + 21
 
 
 @pytest.mark.parametrize(

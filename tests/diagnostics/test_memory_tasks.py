@@ -51,6 +51,37 @@ def test_copy_data_and_its_baseline_cross_entropy(delay):
     assert memory_tasks.baseline_error("copy", delay) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("length", [10, 13, 64])
+def test_selective_copy_data_and_its_baseline_cross_entropy(length):
+    """The 10 symbols stand at random, ordered positions of the first T steps (a
+    different place in every sequence), then the delimiter and 10 blanks; the
+    targets recall them in order."""
+    inputs, targets = memory_tasks.selective_copy_data(
+        length, 256, np.random.default_rng(4)
+    )
+    steps = length + 11
+    assert inputs.shape == (256, steps, 10) and targets.shape == (256, steps)
+    classes = inputs.argmax(axis=-1)
+    assert np.all(inputs.sum(axis=-1) == 1)  # one-hot
+    assert np.all(classes[:, length] == 9) and np.all(classes[:, length + 1 :] == 0)
+    data = classes[:, :length]
+    assert np.all((data != 0).sum(axis=1) == 10)
+    for row in range(256):
+        np.testing.assert_array_equal(targets[row, -10:], data[row][data[row] != 0])
+    assert np.all(targets[:, :-10] == 0)
+    if length > 10:  # the positions differ between sequences
+        assert len({tuple(np.flatnonzero(row)) for row in data}) > 1
+    predicted = memory_tasks.baseline_outputs("selective_copy", targets)
+    expected = 10 * math.log(8) / steps
+    error = memory_tasks.task_error("selective_copy", predicted, targets)
+    assert error == pytest.approx(expected, rel=1e-12)
+    assert memory_tasks.baseline_error("selective_copy", length) == pytest.approx(
+        expected
+    )
+    with pytest.raises(ValueError, match="selective_copy needs length >= 10"):
+        memory_tasks.selective_copy_data(9, 1, np.random.default_rng(0))
+
+
 def test_task_error_of_a_perfect_copy_is_near_zero():
     _, targets = memory_tasks.copy_data(5, 8, np.random.default_rng(3))
     logits = 50.0 * np.eye(10)[targets]
