@@ -21,14 +21,15 @@ from rnnkit.errors import RnnkitError
     default="text",
     show_default=True,
     help="text: next-token gradients on a text (or RUN_DIR); adding, copy, "
-    "selective_copy or a comma-separated list of them: the memory tasks "
+    "selective_copy, mqar or a comma-separated list of them: the memory tasks "
     "(rnnkit.diagnostics.memory_tasks).",
 )
 @click.option(
     "--lengths",
     help="Memory tasks: comma-separated T (sequence length of adding, delay of "
-    "copy, data steps of selective_copy); default adding 10,25,50,100,200, copy "
-    "5,10,20, selective_copy 16,32,64 (--quick: 20, 5 and 12).",
+    "copy, data steps of selective_copy, key-value pairs of mqar); default adding "
+    "10,25,50,100,200, copy 5,10,20, selective_copy 16,32,64, mqar 4,8,16 "
+    "(--quick: 20, 5, 12 and 4).",
 )
 @click.option(
     "--cells",
@@ -82,14 +83,14 @@ from rnnkit.errors import RnnkitError
     "--units",
     type=click.IntRange(min=1),
     help="Without RUN_DIR: recurrent units (default: 128; memory tasks: adding 64, "
-    "copy and selective_copy 128, --quick 32).",
+    "copy, selective_copy and mqar 128, --quick 32).",
 )
 @click.option(
     "--steps",
     type=click.IntRange(min=0),
     help="Training steps (Adam) between the fresh and trained pictures (default: "
     "300); memory tasks: the budget of each model (default: adding 2000, copy "
-    "and selective_copy 3000; --quick 400).",
+    "selective_copy and mqar 3000; --quick 400).",
 )
 @click.option(
     "--window",
@@ -140,12 +141,12 @@ def diagnose(
     norm before and after clipping. Writes CSV and PNG files. Runs on the device at
     hand, whatever device and strategy the run trained with.
 
-    With --task adding,copy,selective_copy: trains fresh cells on the adding
-    problem, the copy-memory task and selective copying at each of --lengths, with
-    and without clipping (--clip), and writes the test error against each task's
-    baseline, the steps to solve, and ||dL/dh_t|| and sigma_max(W_hh) of the trained
-    models (minutes; --quick: seconds; docs/guides/diagnostics.md has the measured
-    time).
+    With --task adding,copy,selective_copy,mqar: trains fresh cells on the adding
+    problem, the copy-memory task, selective copying and associative recall at each
+    of --lengths, with and without clipping (--clip), and writes the test error
+    against each task's baseline, the steps to solve, and ||dL/dh_t|| and
+    sigma_max(W_hh) of the trained models (minutes; --quick: seconds;
+    docs/guides/diagnostics.md has the measured time).
     """
     if options["task"] != "text":
         _memory_tasks(run_dir, cells, assignments, options)

@@ -18,6 +18,11 @@ Two standard synthetic benchmarks, generated with numpy from a seed:
   sequence: the cell must choose what to keep from what it reads, which a
   recurrence whose decay reads nothing (the LRU) cannot. Blanks followed by uniform
   guesses has cross-entropy 10 log(8) / (T + 11) per step.
+- **mqar**, multi-query associative recall (Arora et al. 2023, "Zoology"), in a
+  small form: T key-value pairs (T distinct keys of 16, values of 16), then the T
+  keys again in a random order; at each query the output is the key's value (blanks
+  before). The state must hold T associations at once and answer them in any
+  order. Uniform guesses over the values at the queries: log(16) / 3 per step.
 
 A task is **solved** at a length when the test error is at most `SOLVED_FRACTION` of
 the task's baseline (rnnkit's convention, the same for both tasks: adding MSE <= 0.0083;
@@ -39,13 +44,16 @@ import numpy as np
 
 from rnnkit.errors import RnnkitError
 
-TASKS = ("adding", "copy", "selective_copy")
+TASKS = ("adding", "copy", "selective_copy", "mqar")
 CELLS = ("simple_rnn", "lstm", "gru")
 # Solved: test error at most this share of the baseline's (see the module docstring).
 SOLVED_FRACTION = 0.05
 # Copy task: symbols remembered, the alphabet they come from, blank and delimiter.
 COPY_SYMBOLS, COPY_ALPHABET, COPY_CLASSES = 10, 8, 10
 COPY_BLANK, COPY_DELIMITER = 0, 9
+# Associative recall: keys 1..16 and values 17..32 (0 is the blank).
+RECALL_KEYS = RECALL_VALUES = 16
+RECALL_CLASSES = 1 + RECALL_KEYS + RECALL_VALUES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,20 +78,22 @@ DEFAULT = {
     "adding": MemorySettings(),
     "copy": MemorySettings(units=128, steps=3000),
     "selective_copy": MemorySettings(units=128, steps=3000),
+    "mqar": MemorySettings(units=128, steps=3000),
 }
 # Seconds, for tests and notebooks: small models, a small budget, one short length.
 _QUICK = MemorySettings(
     units=32, steps=400, batch_size=32, learning_rate=0.01, check_every=25,
     validation_size=128, test_size=256, probe_size=8,
 )  # fmt: skip
-QUICK = {"adding": _QUICK, "copy": _QUICK, "selective_copy": _QUICK}
+QUICK = {task: _QUICK for task in TASKS}
 # T per task when none is given: the copy task is much harder at the same T.
 DEFAULT_LENGTHS = {
     "adding": (10, 25, 50, 100, 200),
     "copy": (5, 10, 20),
     "selective_copy": (16, 32, 64),
+    "mqar": (4, 8, 16),
 }
-QUICK_LENGTHS = {"adding": (20,), "copy": (5,), "selective_copy": (12,)}
+QUICK_LENGTHS = {"adding": (20,), "copy": (5,), "selective_copy": (12,), "mqar": (4,)}
 
 
 def adding_data(
@@ -145,11 +155,41 @@ def selective_copy_data(
     return one_hot, targets.astype("int32")
 
 
+def mqar_data(
+    length: int, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` recall sequences of T key-value pairs then T queries: one-hot inputs
+    (count, 3T, 33) and target classes (count, 3T), the value of each query's key
+    at its step and blanks before."""
+    check_length(length, "mqar")
+    if length > RECALL_KEYS:
+        raise ValueError(f"mqar needs length <= {RECALL_KEYS}; received {length}")
+    rows = np.arange(count)[:, None]
+    keys = np.argsort(rng.random((count, RECALL_KEYS)), axis=1)[:, :length] + 1
+    values = rng.integers(1, RECALL_VALUES + 1, size=(count, length)) + RECALL_KEYS
+    asked = np.argsort(rng.random((count, length)), axis=1)  # the queries' order
+    inputs = np.zeros((count, 3 * length), dtype=np.int64)
+    inputs[:, 0 : 2 * length : 2] = keys
+    inputs[:, 1 : 2 * length : 2] = values
+    inputs[:, 2 * length :] = keys[rows, asked]
+    targets = np.zeros_like(inputs)
+    targets[:, 2 * length :] = values[rows, asked]
+    one_hot = np.eye(RECALL_CLASSES, dtype="float32")[inputs]
+    return one_hot, targets.astype("int32")
+
+
 def task_steps(task: str, length: int) -> int:
     """The steps of one sequence of `task` at `length`."""
     if task == "adding":
         return length
+    if task == "mqar":
+        return 3 * length
     return length + (2 * COPY_SYMBOLS if task == "copy" else 1 + COPY_SYMBOLS)
+
+
+def task_classes(task: str) -> int:
+    """The width of a step's input and output (one-hot classes; adding: 2 in, 1 out)."""
+    return {"adding": 1, "mqar": RECALL_CLASSES}.get(task, COPY_CLASSES)
 
 
 def task_data(
@@ -159,6 +199,7 @@ def task_data(
         "adding": adding_data,
         "copy": copy_data,
         "selective_copy": selective_copy_data,
+        "mqar": mqar_data,
     }[task]
     return make(length, count, rng)
 
@@ -168,6 +209,8 @@ def baseline_error(task: str, length: int) -> float:
     1.0), 10 log(8) / steps (copy, selective copy: blanks then uniform guesses)."""
     if task == "adding":
         return 1.0 / 6.0
+    if task == "mqar":
+        return math.log(RECALL_VALUES) / 3.0
     return COPY_SYMBOLS * math.log(COPY_ALPHABET) / task_steps(task, length)
 
 
@@ -177,6 +220,12 @@ def baseline_outputs(task: str, targets: np.ndarray) -> np.ndarray:
     on the last 10."""
     if task == "adding":
         return np.ones_like(targets, dtype="float64")
+    if task == "mqar":  # blanks, then uniform guesses over the values at queries
+        logits = np.full((*targets.shape, RECALL_CLASSES), -np.inf)
+        logits[..., COPY_BLANK] = np.where(targets == COPY_BLANK, 0.0, -np.inf)
+        queries = (targets != COPY_BLANK)[..., None]
+        logits[..., RECALL_KEYS + 1 :] = np.where(queries, 0.0, -np.inf)
+        return logits
     logits = np.full((*targets.shape, COPY_CLASSES), -np.inf)
     logits[:, :-COPY_SYMBOLS, COPY_BLANK] = 0.0
     logits[:, -COPY_SYMBOLS:, 1 : COPY_ALPHABET + 1] = 0.0
@@ -207,15 +256,15 @@ def check_length(length: int, task: str, minimum: int = 1) -> None:
 
 def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
     """One recurrent layer of rnnkit's `cell` and a dense read-out: of h_T (adding)
-    or of every h_t (copy, selective copy: logits over the 10 classes)."""
+    or of every h_t (copy, selective copy, mqar: logits over the classes)."""
     import keras
 
     from rnnkit.layers import get_recurrent
 
     steps = task_steps(task, length)
-    features = 2 if task == "adding" else COPY_CLASSES
+    features = 2 if task == "adding" else task_classes(task)
     recurrent = get_recurrent(cell)(units, return_sequences=task != "adding", name=cell)
-    head = keras.layers.Dense(1 if task == "adding" else COPY_CLASSES, name="head")
+    head = keras.layers.Dense(task_classes(task), name="head")
     return keras.Sequential(
         [keras.Input((steps, features)), recurrent, head], name=f"{task}_{cell}"
     )

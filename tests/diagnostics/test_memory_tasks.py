@@ -82,6 +82,36 @@ def test_selective_copy_data_and_its_baseline_cross_entropy(length):
         memory_tasks.selective_copy_data(9, 1, np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("length", [1, 5, 16])
+def test_mqar_data_and_its_baseline_cross_entropy(length):
+    """T distinct keys with their values, then every key once more in a random
+    order: the target at each query is that key's value."""
+    inputs, targets = memory_tasks.mqar_data(length, 128, np.random.default_rng(5))
+    assert inputs.shape == (128, 3 * length, 33) and targets.shape == (128, 3 * length)
+    assert np.all(inputs.sum(axis=-1) == 1)
+    tokens = inputs.argmax(axis=-1)
+    keys, values = tokens[:, 0 : 2 * length : 2], tokens[:, 1 : 2 * length : 2]
+    assert np.all((keys >= 1) & (keys <= 16))
+    assert np.all((values >= 17) & (values <= 32))
+    assert np.all(targets[:, : 2 * length] == 0)
+    for row in range(128):
+        assert len(set(keys[row])) == length  # distinct keys
+        pairs = dict(zip(keys[row], values[row], strict=True))
+        queries = tokens[row, 2 * length :]
+        assert sorted(queries) == sorted(keys[row])  # each key asked once
+        assert [pairs[k] for k in queries] == list(targets[row, 2 * length :])
+    if length > 2:  # asked in another order than stored
+        assert any(
+            list(tokens[row, 2 * length :]) != list(keys[row]) for row in range(128)
+        )
+    predicted = memory_tasks.baseline_outputs("mqar", targets)
+    error = memory_tasks.task_error("mqar", predicted, targets)
+    assert error == pytest.approx(math.log(16) / 3, rel=1e-12)
+    assert memory_tasks.baseline_error("mqar", length) == pytest.approx(error)
+    with pytest.raises(ValueError, match="mqar needs length <= 16"):
+        memory_tasks.mqar_data(17, 1, np.random.default_rng(0))
+
+
 def test_task_error_of_a_perfect_copy_is_near_zero():
     _, targets = memory_tasks.copy_data(5, 8, np.random.default_rng(3))
     logits = 50.0 * np.eye(10)[targets]
