@@ -328,6 +328,8 @@ def _options(model: ServedModel, options: Any, limits: Limits):
                 f"unknown option {name!r} for recipe {recipe.name!r}; options: "
                 f"{', '.join(allowed) or 'none'}",
             )
+    if not config_values:
+        return model.config, keywords
     try:
         return model.config.with_values(config_values), keywords
     except RnnkitError as exc:
@@ -336,6 +338,12 @@ def _options(model: ServedModel, options: Any, limits: Limits):
 
 def _signature_predict(model: ServedModel, body: dict, limits: Limits) -> dict:
     """TensorFlow Serving's predict: row ("instances") or columnar ("inputs")."""
+    if not model.signatures:
+        raise RequestError(
+            400,
+            f"model {model.name!r} has no signatures (its recipe declares no export); "
+            f"POST /models/{model.name}/predict",
+        )
     name = body.get("signature_name") or model.default_signature
     signature = model.signatures.get(name)
     if signature is None:

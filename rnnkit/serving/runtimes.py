@@ -64,7 +64,7 @@ class ServedModel:
     config: Any
     model: Any
     signatures: dict[str, Signature]
-    default_signature: str
+    default_signature: str | None
     calls: dict[str, Callable[[dict], dict]] | None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -122,23 +122,16 @@ def load(run_dir: Path, runtime: str, name: str | None = None) -> ServedModel:
     )
 
 
-def _plan(recipe, model, config, format: str):
-    plan = recipe.export_plan(model, config, format)
-    if plan is None:
-        raise RnnkitError(
-            f"recipe {recipe.name!r} declares no export, so it has no signatures "
-            "to serve"
-        )
-    if format in plan.refused:
-        raise RnnkitError(plan.refused[format])
-    return plan
-
-
 def _keras_signatures(recipe, model, config) -> tuple[dict[str, Signature], str]:
-    """The SavedModel's signatures, traced here on the loaded Keras model."""
+    """The SavedModel's signatures, traced here on the loaded Keras model; none for
+    a recipe that declares no export (its /predict still answers)."""
     import tensorflow as tf
 
-    plan = _plan(recipe, model, config, "saved_model")
+    plan = recipe.export_plan(model, config, "saved_model")
+    if plan is None:
+        return {}, None
+    if "saved_model" in plan.refused:
+        raise RnnkitError(plan.refused["saved_model"])
     signatures = {}
     for endpoint in plan.endpoints:
         traced = tf.function(

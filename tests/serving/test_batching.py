@@ -118,3 +118,35 @@ def test_the_api_batches_without_changing_an_answer(keras_models, batching):
         assert record["label"] == expected["label"]
         for name, value in expected["probabilities"].items():
             assert record["probabilities"][name] == pytest.approx(value, abs=1e-5)
+
+
+def test_a_model_without_signatures_answers_predict_and_says_so_on_v1():
+    """A recipe that declares no export still answers /predict; TF Serving's route
+    says why it cannot."""
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from rnnkit import serving
+    from rnnkit.recipe import Recipe
+
+    class Echo(Recipe):
+        name, summary = "echo", "says back what it is given"
+
+        def predict_records(self, model, inputs, config, calls=None):
+            return [{"echo": value} for value in inputs]
+
+    served = serving.ServedModel(
+        "echo", Path("echo"), "keras", Echo(), None, None, {}, None, None
+    )
+    client = TestClient(serving.create_app([served]))
+    answer = client.post("/predict", json={"inputs": ["a", "b"]})
+    assert answer.json() == {
+        "model": "echo",
+        "predictions": [{"echo": "a"}, {"echo": "b"}],
+    }
+    refused = client.post("/v1/models/echo:predict", json={"instances": ["a"]})
+    assert refused.status_code == 400
+    assert "has no signatures" in refused.json()["error"]
+    streamed = client.post("/models/echo/stream", json={"inputs": ["a"]})
+    assert streamed.status_code == 400 and "does not stream" in streamed.json()["error"]
