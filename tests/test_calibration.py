@@ -315,7 +315,7 @@ def test_the_cli_measures_shows_and_forgets():
         (["--shape", "0x256"], "'0x256' is not STEPSxUNITS"),
         (
             ["--cell", "GRU"],
-            "'GRU' is not one of 'gru', 'lstm', 'mingru', 'minlstm', 'rglru', "
+            "'GRU' is not one of 'gru', 'lru', 'lstm', 'mingru', 'minlstm', 'rglru', "
             "'simple_rnn'",
         ),
         (["--rounds", "0"], "0 is not in the range x>=1"),

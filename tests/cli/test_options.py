@@ -15,7 +15,7 @@ def test_recipe_options_are_generated_from_its_config():
     text = invoke("run", "stock", "--help").output
     for option in ("--data.window", "--model.cell_type", "--train.epochs", "--set"):
         assert option in text
-    assert "[gru|lstm|mingru|minlstm|rglru|simple_rnn]" in text
+    assert "[gru|lru|lstm|mingru|minlstm|rglru|simple_rnn]" in text
     assert "Past trading days the model reads per forecast." in " ".join(text.split())
 
 
@@ -27,7 +27,7 @@ def test_recipe_options_are_generated_from_its_config():
         (["run", "stock", "--model.units", "many"], "model.units: expected int"),
         (
             ["run", "stock", "--model.cell_type", "rnn"],
-            "'rnn' is not one of gru, lstm, mingru, minlstm, rglru, simple_rnn",
+            "'rnn' is not one of gru, lru, lstm, mingru, minlstm, rglru, simple_rnn",
         ),
         (["run", "stock", "--config", "missing.toml"], "config file not found"),
         (["run", "stock", "--set", "data.path=/no/such.csv"], "price file not found"),

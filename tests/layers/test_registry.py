@@ -46,7 +46,7 @@ def test_an_unknown_name_suggests_the_nearest_and_lists_all():
         get_recurrent("lstn")
     message = str(error.value)
     assert "did you mean 'lstm'?" in message
-    assert "known: gru, lstm, mingru, minlstm, rglru, simple_rnn" in message
+    assert "known: gru, lru, lstm, mingru, minlstm, rglru, simple_rnn" in message
     with pytest.raises(ValueError, match="unknown recurrent layer 'transformer'"):
         get_recurrent_cell("transformer")
 
