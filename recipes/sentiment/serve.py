@@ -9,6 +9,7 @@ weight is a word that pushed the model towards its answer.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 # Occlusion scores the first words only: one text per word is classified.
 MAX_EXPLAINED_WORDS = 200
+# The token list of each loaded model's vectorizer, for the token ids of a runtime.
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def records(
@@ -65,9 +68,10 @@ def _classifier(model, config, calls) -> Callable[[list[str]], np.ndarray]:
         raise ValueError("the served export has no classifier model")
     from rnnkit.export.clients import sentiment_token_ids
 
-    vectorizer = model.get_layer("vectorizer")
     truncate = model.get_layer("truncate")
-    vocabulary = vectorizer.get_vocabulary()
+    if model not in _VOCABULARIES:  # read once per model, not once per request
+        _VOCABULARIES[model] = model.get_layer("vectorizer").get_vocabulary()
+    vocabulary = _VOCABULARIES[model]
 
     def classify(texts: list[str]) -> np.ndarray:
         ids = sentiment_token_ids(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -206,17 +207,12 @@ class TranslationRecipe(Recipe):
         from rnnkit_recipes.translation.data import text_options
         from rnnkit_recipes.translation.decode import detokenized, search, source_tokens
 
-        from rnnkit.data.parallel_text import vocabulary_class
         from rnnkit.data.text import read_inputs
 
         sentences = read_inputs(
             inputs, "give a sentence to translate, or a file of sentences"
         )
-        # The vocabularies saved with the model, not those of today's data; a
-        # subword vocabulary's pieces define its tokenizer.
-        kind = vocabulary_class(_saved_tokenizer(model, config))
-        source_vocabulary = kind(model.source_tokens)
-        target_vocabulary = kind(model.target_tokens)
+        source_vocabulary, target_vocabulary = _vocabularies(model, config)
         options = text_options(config)
         n_best = config.evaluation.n_best
         result = search(
@@ -251,12 +247,8 @@ class TranslationRecipe(Recipe):
     ) -> list[dict[str, Any]]:
         from rnnkit_recipes.translation.serve import records
 
-        from rnnkit.data.parallel_text import vocabulary_class
-
         sentences = texts_of(inputs, "a sentence to translate")
-        kind = vocabulary_class(_saved_tokenizer(model, config))
-        vocabularies = (kind(model.source_tokens), kind(model.target_tokens))
-        return records(model, sentences, config, vocabularies, calls)
+        return records(model, sentences, config, _vocabularies(model, config), calls)
 
     def write_plots(
         self,
@@ -399,6 +391,22 @@ def _check(config: TranslationConfig) -> None:
     ):
         if config.get(key) < 0:
             raise ConfigError(f"{key} must be >= 0, got {config.get(key)}")
+
+
+# The vocabularies of each loaded model, made once: a server translates with the same
+# model request after request.
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _vocabularies(model: keras.Model, config: TranslationConfig) -> tuple:
+    """The source and target vocabularies saved with the model, not those of today's
+    data (a subword vocabulary's pieces define its tokenizer), made once per model."""
+    from rnnkit.data.parallel_text import vocabulary_class
+
+    if model not in _VOCABULARIES:
+        kind = vocabulary_class(_saved_tokenizer(model, config))
+        _VOCABULARIES[model] = (kind(model.source_tokens), kind(model.target_tokens))
+    return _VOCABULARIES[model]
 
 
 def _saved_tokenizer(model: keras.Model, config: TranslationConfig) -> str:
