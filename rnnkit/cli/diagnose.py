@@ -34,7 +34,8 @@ from rnnkit.errors import RnnkitError
 @click.option(
     "--cells",
     "cell_list",
-    help="Memory tasks: comma-separated cells (default: simple_rnn,lstm,gru).",
+    help="Memory tasks: comma-separated recurrent layers, or transformer (a small "
+    "causal Transformer) (default: simple_rnn,lstm,gru).",
 )
 @click.option(
     "--clip",
@@ -240,7 +241,7 @@ def _memory_tasks(
                 "train without clipping with --clip off"
             )
         tasks = memory_tasks.parse_list(options["task"], "--task", memory_tasks.TASKS)
-        known = registry.recurrent_names()
+        known = [*registry.recurrent_names(), memory_tasks.TRANSFORMER]
         names = (
             memory_tasks.parse_list(options["cell_list"], "--cells", known)
             if options["cell_list"]

@@ -46,6 +46,9 @@ from rnnkit.errors import RnnkitError
 
 TASKS = ("adding", "copy", "selective_copy", "mqar")
 CELLS = ("simple_rnn", "lstm", "gru")
+# Beside the recurrent layers' names: a small causal Transformer (`build_memory_model`).
+TRANSFORMER = "transformer"
+TRANSFORMER_BLOCKS = 2
 # Solved: test error at most this share of the baseline's (see the module docstring).
 SOLVED_FRACTION = 0.05
 # Copy task: symbols remembered, the alphabet they come from, blank and delimiter.
@@ -256,13 +259,38 @@ def check_length(length: int, task: str, minimum: int = 1) -> None:
 
 def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
     """One recurrent layer of rnnkit's `cell` and a dense read-out: of h_T (adding)
-    or of every h_t (copy, selective copy, mqar: logits over the classes)."""
+    or of every h_t (copy, selective copy, mqar: logits over the classes).
+
+    `cell="transformer"`: the inputs projected to `units` features, the sinusoidal
+    positions added, two pre-norm causal `TransformerEncoderBlock`s (4 heads where
+    `units` divides by 4, a feed-forward width of 2 `units`), a final LayerNorm and
+    the same read-out (of the last position for adding)."""
     import keras
 
     from rnnkit.layers import get_recurrent
 
     steps = task_steps(task, length)
     features = 2 if task == "adding" else task_classes(task)
+    if cell == TRANSFORMER:
+        from rnnkit.layers import PositionalEncoding, TransformerEncoderBlock
+
+        inputs = keras.Input((steps, features))
+        x = PositionalEncoding(name="positions")(
+            keras.layers.Dense(units, name="embed")(inputs)
+        )
+        for index in range(TRANSFORMER_BLOCKS):
+            block = TransformerEncoderBlock(
+                num_heads=4 if units % 4 == 0 else 1,
+                feedforward_dim=2 * units,
+                norm_first=True,
+                name=f"block_{index}",
+            )
+            x = block(x, use_causal_mask=True)
+        x = keras.layers.LayerNormalization(name="final_norm")(x)
+        if task == "adding":
+            x = x[:, -1, :]
+        head = keras.layers.Dense(task_classes(task), name="head")
+        return keras.Model(inputs, head(x), name=f"{task}_{cell}")
     recurrent = get_recurrent(cell)(units, return_sequences=task != "adding", name=cell)
     head = keras.layers.Dense(task_classes(task), name="head")
     return keras.Sequential(
@@ -336,6 +364,7 @@ def train_memory_model(
         "steps_to_solve": (solved_at or step) if error <= threshold else None,
         "steps_trained": step,
         "seconds": seconds,
+        "parameters": model.count_params(),
     }
     return model, row
 
@@ -352,10 +381,10 @@ def gradient_probe(
     from rnnkit.diagnostics.gradients import spectral_norms, state_gradient_norms
 
     settings = settings or DEFAULT[task]
-    recurrent, head = model.layers
     rng = np.random.default_rng([settings.seed, length, 2])
     inputs, targets = task_data(task, length, settings.probe_size, rng)
     last_target = targets[:, -1]
+    head = model.get_layer("head")
 
     def loss(last_hidden):
         outputs = head(last_hidden)  # (batch, 1) or (batch, classes)
@@ -365,12 +394,32 @@ def gradient_probe(
             tf.nn.sparse_softmax_cross_entropy_with_logits(last_target, outputs)
         )
 
+    if model.name.endswith(TRANSFORMER):
+        return _transformer_gradients(model, inputs, loss), math.nan
+    recurrent = model.layers[0]
     norms = state_gradient_norms([recurrent.cell], inputs, loss)  # (batch, 1, T)
     by_distance = norms[:, 0].mean(axis=0)[::-1]
     # A cell whose gates read x_t only (minGRU, the LRU) has no W_hh: NaN.
     has_kernel = hasattr(recurrent.cell, "recurrent_kernel")
     sigma = spectral_norms([recurrent])[0]["sigma_max"] if has_kernel else math.nan
     return by_distance, sigma
+
+
+def _transformer_gradients(model: Any, inputs: np.ndarray, loss: Any) -> np.ndarray:
+    """The Transformer's mean ||dL/dh_t|| by distance T - t, h_t its input at step t
+    once projected and given its position (what the first block reads): the
+    counterpart of a recurrent layer's state, as attention reaches it directly."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        hidden = model.get_layer("positions")(model.get_layer("embed")(inputs))
+        tape.watch(hidden)
+        x = hidden
+        for index in range(TRANSFORMER_BLOCKS):
+            x = model.get_layer(f"block_{index}")(x, use_causal_mask=True)
+        value = loss(model.get_layer("final_norm")(x)[:, -1, :])
+    norms = tf.norm(tape.gradient(value, hidden), axis=-1).numpy()  # (batch, T)
+    return norms.mean(axis=0)[::-1]
 
 
 def parse_list(value: str, option: str, known: Sequence[str]) -> list[str]:

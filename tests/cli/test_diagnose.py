@@ -29,6 +29,31 @@ def test_diagnose_command_compares_fresh_cells_on_real_text(tmp_path):
     assert (output / "spectral_norms.png").is_file()
 
 
+def test_the_memory_tasks_take_a_small_transformer(tmp_path):
+    """`--cells transformer`: a causal Transformer trained on recall, its row (no
+    W_hh, more parameters than the GRU of the same width) and the gradient of the
+    last query's loss at every step of its input, largest where attention reads."""
+    output = tmp_path / "memory"
+    result = CliRunner().invoke(
+        main,
+        ["diagnose", "--task", "mqar", "--quick", "--cells", "gru,transformer",
+         "--clip", "on", "--lengths", "4", "--steps", "25", "--output", str(output)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    with open(output / "memory_results.csv") as file:
+        rows = {row["cell"]: row for row in csv.DictReader(file)}
+    assert rows["transformer"]["sigma_max_W_hh"] == "nan"
+    assert int(rows["transformer"]["parameters"]) > int(rows["gru"]["parameters"])
+    assert float(rows["transformer"]["error_vs_baseline"]) > 0
+    with open(output / "memory_gradients.csv") as file:
+        norms = [
+            float(row["mean_norm"])
+            for row in csv.DictReader(file)
+            if row["cell"] == "transformer"
+        ]
+    assert len(norms) == 12 and all(math.isfinite(n) and n > 0 for n in norms)
+
+
 @pytest.mark.parametrize(
     "options, expected",
     [
