@@ -94,6 +94,12 @@ from rnnkit.errors import RnnkitError
     "selective_copy and mqar 3000; --quick 400).",
 )
 @click.option(
+    "--layers",
+    type=click.IntRange(min=1),
+    help="Memory tasks: recurrent layers stacked (default: 1), or the Transformer's "
+    "blocks (default: 2).",
+)
+@click.option(
     "--window",
     type=click.IntRange(min=2),
     default=100,
@@ -152,7 +158,7 @@ def diagnose(
     if options["task"] != "text":
         _memory_tasks(run_dir, cells, assignments, options)
         return
-    memory_only = ("lengths", "cell_list", "quick", "all_lengths")
+    memory_only = ("lengths", "cell_list", "quick", "all_lengths", "layers")
     given = [name for name in memory_only if options[name]]
     if given or options["clip"] != "both":
         flag = "--" + (given[0] if given else "clip").replace("_list", "s")
@@ -257,6 +263,7 @@ def _memory_tasks(
         )
         chosen = {
             "units": options["units"],
+            "layers": options["layers"],
             "steps": options["steps"],
             "learning_rate": options["learning_rate"],
         }

@@ -46,7 +46,8 @@ from rnnkit.errors import RnnkitError
 
 TASKS = ("adding", "copy", "selective_copy", "mqar")
 CELLS = ("simple_rnn", "lstm", "gru")
-# Beside the recurrent layers' names: a small causal Transformer (`build_memory_model`).
+# Beside the recurrent layers' names: a small causal Transformer (`build_memory_model`),
+# of two blocks unless `MemorySettings.layers` says otherwise.
 TRANSFORMER = "transformer"
 TRANSFORMER_BLOCKS = 2
 # Solved: test error at most this share of the baseline's (see the module docstring).
@@ -64,6 +65,7 @@ class MemorySettings:
     """How each model of a sweep is built, trained and measured."""
 
     units: int = 64
+    layers: int | None = None  # recurrent layers stacked (1) or Transformer blocks (2)
     steps: int = 2000  # training budget per model (batches)
     batch_size: int = 64
     learning_rate: float = 0.01  # Adam
@@ -257,14 +259,17 @@ def check_length(length: int, task: str, minimum: int = 1) -> None:
         raise ValueError(f"{task} needs length >= {minimum}; received {length}")
 
 
-def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
-    """One recurrent layer of rnnkit's `cell` and a dense read-out: of h_T (adding)
-    or of every h_t (copy, selective copy, mqar: logits over the classes).
+def build_memory_model(
+    task: str, cell: str, length: int, units: int, layers: int | None = None
+) -> Any:
+    """`layers` (default 1) recurrent layers of rnnkit's `cell`, stacked, and a dense
+    read-out: of h_T (adding) or of every h_t (copy, selective copy, mqar: logits over
+    the classes).
 
     `cell="transformer"`: the inputs projected to `units` features, the sinusoidal
-    positions added, two pre-norm causal `TransformerEncoderBlock`s (4 heads where
-    `units` divides by 4, a feed-forward width of 2 `units`), a final LayerNorm and
-    the same read-out (of the last position for adding)."""
+    positions added, `layers` (default 2) pre-norm causal `TransformerEncoderBlock`s
+    (4 heads where `units` divides by 4, a feed-forward width of 2 `units`), a final
+    LayerNorm and the same read-out (of the last position for adding)."""
     import keras
 
     from rnnkit.layers import get_recurrent
@@ -278,7 +283,7 @@ def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
         x = PositionalEncoding(name="positions")(
             keras.layers.Dense(units, name="embed")(inputs)
         )
-        for index in range(TRANSFORMER_BLOCKS):
+        for index in range(layers or TRANSFORMER_BLOCKS):
             block = TransformerEncoderBlock(
                 num_heads=4 if units % 4 == 0 else 1,
                 feedforward_dim=2 * units,
@@ -291,10 +296,18 @@ def build_memory_model(task: str, cell: str, length: int, units: int) -> Any:
             x = x[:, -1, :]
         head = keras.layers.Dense(task_classes(task), name="head")
         return keras.Model(inputs, head(x), name=f"{task}_{cell}")
-    recurrent = get_recurrent(cell)(units, return_sequences=task != "adding", name=cell)
+    count = layers or 1
+    stack = [
+        get_recurrent(cell)(
+            units,
+            return_sequences=task != "adding" or index < count - 1,
+            name=cell if count == 1 else f"{cell}_{index}",
+        )
+        for index in range(count)
+    ]
     head = keras.layers.Dense(task_classes(task), name="head")
     return keras.Sequential(
-        [keras.Input((steps, features)), recurrent, head], name=f"{task}_{cell}"
+        [keras.Input((steps, features)), *stack, head], name=f"{task}_{cell}"
     )
 
 
@@ -317,7 +330,7 @@ def train_memory_model(
 
     settings = settings or DEFAULT[task]
     keras.utils.set_random_seed(settings.seed)
-    model = build_memory_model(task, cell, length, settings.units)
+    model = build_memory_model(task, cell, length, settings.units, settings.layers)
     optimizer = keras.optimizers.Adam(
         settings.learning_rate,
         global_clipnorm=settings.clipnorm if clip else None,
@@ -364,6 +377,9 @@ def train_memory_model(
         "steps_to_solve": (solved_at or step) if error <= threshold else None,
         "steps_trained": step,
         "seconds": seconds,
+        "layers": len(model.layers) - 1
+        if cell != TRANSFORMER
+        else transformer_blocks(model),
         "parameters": model.count_params(),
     }
     return model, row
@@ -396,8 +412,9 @@ def gradient_probe(
 
     if model.name.endswith(TRANSFORMER):
         return _transformer_gradients(model, inputs, loss), math.nan
-    recurrent = model.layers[0]
-    norms = state_gradient_norms([recurrent.cell], inputs, loss)  # (batch, 1, T)
+    recurrent = model.layers[0]  # of a stack, the layer that reads the inputs
+    cells = [layer.cell for layer in model.layers[:-1]]
+    norms = state_gradient_norms(cells, inputs, loss)  # (batch, layers, T)
     by_distance = norms[:, 0].mean(axis=0)[::-1]
     # A cell whose gates read x_t only (minGRU, the LRU) has no W_hh: NaN.
     has_kernel = hasattr(recurrent.cell, "recurrent_kernel")
@@ -415,11 +432,16 @@ def _transformer_gradients(model: Any, inputs: np.ndarray, loss: Any) -> np.ndar
         hidden = model.get_layer("positions")(model.get_layer("embed")(inputs))
         tape.watch(hidden)
         x = hidden
-        for index in range(TRANSFORMER_BLOCKS):
+        for index in range(transformer_blocks(model)):
             x = model.get_layer(f"block_{index}")(x, use_causal_mask=True)
         value = loss(model.get_layer("final_norm")(x)[:, -1, :])
     norms = tf.norm(tape.gradient(value, hidden), axis=-1).numpy()  # (batch, T)
     return norms.mean(axis=0)[::-1]
+
+
+def transformer_blocks(model: Any) -> int:
+    """The Transformer blocks of a memory model."""
+    return sum(layer.name.startswith("block_") for layer in model.layers)
 
 
 def parse_list(value: str, option: str, known: Sequence[str]) -> list[str]:
