@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_support import free_port
 from tests.shared_once import made_once
 from tests.smoke_runs import smoke_run
 
@@ -69,12 +69,6 @@ def onnx_client(onnx_models):
     from rnnkit import serving
 
     return TestClient(serving.create_app(onnx_models), raise_server_exceptions=False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager
