@@ -78,6 +78,14 @@ QUICK: dict[str, dict[str, object]] = {
         "TICKERS": 20,
         "STOCK_EPOCHS": 1,
     },
+    "09_parallel_scan_recurrences": {
+        "SCAN_STEPS": 64,
+        "UNITS": 8,
+        "TIMING_STEPS": 16,
+        "TIMING_BATCH": 4,
+        "TIMING_REPEATS": 1,
+        "MEMORY_STEPS": 25,
+    },
 }
 
 
@@ -124,7 +132,7 @@ def _errors(notebook) -> list:
 
 def test_the_course_is_there():
     names = [path.stem for path in NOTEBOOKS]
-    assert names[:8] == [
+    assert names[:9] == [
         "01_rnn_from_scratch",
         "02_bptt_and_gradients",
         "03_lstm_and_gru",
@@ -133,6 +141,7 @@ def test_the_course_is_there():
         "06_recipes_quickstart",
         "07_from_attention_to_transformer",
         "08_forecasting_many_series",
+        "09_parallel_scan_recurrences",
     ], names
     assert SLOW <= set(names)
 
