@@ -1,12 +1,13 @@
 """The callbacks of every training run (`runner_callbacks`): NaN stop, early stopping,
-the backup that `--resume` continues, the random and early-stopping state the backup
-leaves out (`resume_state_callback`), TensorBoard and history.csv.
+the time budget (`train.max_minutes`), the backup that `--resume` continues, the
+random and early-stopping state the backup leaves out (`resume_state_callback`),
+TensorBoard and history.csv.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,44 @@ def history_callback(
             write_csv(path, rows)
 
     return HistoryFile()
+
+
+def time_budget_callback(
+    minutes: float, clock: Callable[[], float] | None = None
+) -> keras.callbacks.Callback:
+    """Stops training at the first batch that ends `minutes` after training began (by
+    `clock`, default `time.monotonic`); Keras then validates the epoch under way and
+    ends it, and early stopping's best weights are restored as at any other end."""
+    import time
+
+    import keras
+
+    clock = clock or time.monotonic
+
+    class TimeBudget(keras.callbacks.Callback):
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            self.deadline = clock() + 60.0 * minutes
+            self.stopped_in: int | None = None
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+            if self.stopped_in is None and clock() >= self.deadline:
+                self.model.stop_training = True
+                self.stopped_in = self.epoch
+
+        def on_train_end(self, logs: dict | None = None) -> None:
+            if self.stopped_in is not None:
+                log.info(
+                    "train.max_minutes: stopped after %g minutes of training, in "
+                    "epoch %d",
+                    minutes,
+                    self.stopped_in + 1,
+                )
+
+    return TimeBudget()
 
 
 RESUME_STATE_FILE = "resume_state.json"  # in the backup folder
@@ -190,6 +229,8 @@ def runner_callbacks(
             restore_best_weights=True,
         )
         callbacks.append(early_stopping)
+    if config.train.max_minutes > 0:
+        callbacks.append(time_budget_callback(config.train.max_minutes))
     if run_dir is not None:
         callbacks += [
             keras.callbacks.BackupAndRestore(

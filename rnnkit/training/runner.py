@@ -274,6 +274,12 @@ def _train_and_write(
                 "evaluation.folds (the backtest) refits the model per fold, which "
                 "the multi-worker loop does not do; set evaluation.folds=0"
             )
+        if config.train.max_minutes > 0 and multiworker:
+            raise ConfigError(
+                "train.max_minutes stops each worker by its own clock, at different "
+                "steps of a collective loop; set train.max_minutes=0 and limit "
+                "train.epochs instead"
+            )
 
     data = recipe.load_data(config)
     history_rows = read_history(run_dir / HISTORY_FILE) if resume and chief else []

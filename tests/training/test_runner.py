@@ -404,3 +404,38 @@ def test_variables_are_left_to_fit_where_building_them_first_would_not_do():
     ]:
         runner.build_before_tracing(model, dataset)
         assert model.optimizer.built is built
+
+
+def test_the_time_budget_stops_at_the_first_batch_past_it_and_validates_that_epoch():
+    import keras
+
+    from rnnkit.training.callbacks import time_budget_callback
+
+    ticks = iter(range(1000))  # a clock that moves one second per reading
+    budget = time_budget_callback(7 / 60, clock=lambda: float(next(ticks)))
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.ones((10, 2), "float32")
+    history = model.fit(
+        x, x[:, :1], batch_size=2, epochs=10, validation_data=(x, x[:, :1]),
+        callbacks=[budget], verbose=0,
+    )  # fmt: skip
+    # Read at the start (0), then after each batch: 1..5 in epoch 1, 6.. in epoch 2,
+    # where the 7th batch reads 7 s, the budget, and training stops.
+    assert budget.stopped_in == 1
+    assert len(history.history["loss"]) == 2
+    assert len(history.history["val_loss"]) == 2  # the cut epoch was validated
+
+
+def test_a_run_with_train_max_minutes_ends_early_and_completes(tmp_path, caplog):
+    import logging
+
+    config = ToyConfig().with_values(
+        {"train.epochs": 100_000, "train.max_minutes": 0.02}
+    )
+    with caplog.at_level(logging.INFO, logger="rnnkit"):
+        result = runner.run(ToyRecipe(), config, tmp_path / "run", verbose=0)
+    epochs = json.loads((result.run_dir / "run.json").read_text())["epochs"]
+    assert 1 <= epochs < 100_000
+    assert "train.max_minutes: stopped after 0.02 minutes" in caplog.text
+    assert "model" in result.metrics["test"]
