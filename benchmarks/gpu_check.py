@@ -22,7 +22,9 @@ per line to `--json`), on whatever device the Keras backend computes on:
    against rnnkit's LSTM, at T = 256, 1,024 and 4,096 (batch 16, 256 units).
 
 `--max-minutes` (default 7) stops measuring once spent and names the rows left out,
-so that the whole run fits a GPU loan of a few minutes.
+so that the whole run fits a GPU loan of a few minutes; a model that fails to build or
+run (Keras 3.15's cuDNN LSTM under `mixed_bfloat16` on JAX did) gives a row with
+`failed=` and the run goes on.
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ def sgd_gradients(model, x, y):
     return [b - a for b, a in zip(before, after, strict=True)]
 
 
+def one_line(error: Exception) -> str:
+    """An exception as one short line, for a row that could not be measured."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}"
+
+
 def relative(a, b):
     a, b = np.asarray(a, "float64"), np.asarray(b, "float64")
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-12))
@@ -135,15 +143,24 @@ def parity_rows(sizes, emit):
                 masked=masked,
             )
             reference.set_weights(ours.get_weights())
-            outputs = relative(ours.predict_on_batch(x), reference.predict_on_batch(x))
-            gradients = max(
-                relative(a, b)
-                for a, b in zip(
-                    sgd_gradients(ours, x, y),
-                    sgd_gradients(reference, x, y),
-                    strict=True,
+            try:
+                outputs = relative(
+                    ours.predict_on_batch(x), reference.predict_on_batch(x)
                 )
-            )
+                gradients = max(
+                    relative(a, b)
+                    for a, b in zip(
+                        sgd_gradients(ours, x, y),
+                        sgd_gradients(reference, x, y),
+                        strict=True,
+                    )
+                )
+            except Exception as error:
+                emit(
+                    section="parity", family=family, masked=masked,
+                    failed=one_line(error),
+                )  # fmt: skip
+                continue
             layer = ours.layers[2 if masked else 1]
             emit(
                 section="parity", family=family, masked=masked,
@@ -153,19 +170,23 @@ def parity_rows(sizes, emit):
             )  # fmt: skip
             for name, model in (("rnnkit", ours), ("keras", reference)):
                 mixed_class = ours_class if name == "rnnkit" else keras_class
-                mixed = model_of(
-                    functools.partial(mixed_class, units, return_sequences=True),
-                    steps,
-                    "mixed_bfloat16",
-                    masked,
-                )
-                mixed.set_weights(model.get_weights())
+                row = dict(section="bfloat16", family=family, masked=masked, layer=name)
+                try:
+                    mixed = model_of(
+                        functools.partial(mixed_class, units, return_sequences=True),
+                        steps,
+                        "mixed_bfloat16",
+                        masked,
+                    )
+                    mixed.set_weights(model.get_weights())
+                    outputs = mixed.predict_on_batch(x)
+                except Exception as error:  # e.g. Keras' cuDNN LSTM on JAX
+                    emit(**row, failed=one_line(error))
+                    continue
                 emit(
-                    section="bfloat16", family=family, masked=masked, layer=name,
-                    outputs_vs_float32=relative(
-                        mixed.predict_on_batch(x), model.predict_on_batch(x)
-                    ),
-                )  # fmt: skip
+                    **row,
+                    outputs_vs_float32=relative(outputs, model.predict_on_batch(x)),
+                )
 
 
 def speed_rows(configs, size, rounds, repeat, emit, deadline):
@@ -183,14 +204,23 @@ def speed_rows(configs, size, rounds, repeat, emit, deadline):
                     for name, layer_class in zip(
                         ("rnnkit", "keras"), classes, strict=True
                     ):
-                        model = model_of(
-                            functools.partial(layer_class, units),
-                            steps,
-                            precision,
-                            masked,
-                        )
-                        model.compile(keras.optimizers.Adam(1e-3), "mse")
-                        model.train_on_batch(x, y), model.predict_on_batch(x)  # trace
+                        try:
+                            model = model_of(
+                                functools.partial(layer_class, units),
+                                steps,
+                                precision,
+                                masked,
+                            )
+                            model.compile(keras.optimizers.Adam(1e-3), "mse")
+                            model.train_on_batch(x, y)  # trace
+                            model.predict_on_batch(x)
+                        except Exception as error:  # e.g. Keras' cuDNN LSTM on JAX
+                            emit(
+                                section="speed", family=family, layer=name,
+                                steps=steps, units=units, masked=masked,
+                                precision=precision, failed=one_line(error),
+                            )  # fmt: skip
+                            continue
                         calls[f"{family} {name} training"] = functools.partial(
                             model.train_on_batch, x, y
                         )
@@ -203,8 +233,10 @@ def speed_rows(configs, size, rounds, repeat, emit, deadline):
                 }
                 for family in FAMILIES:
                     for mode in ("training", "inference"):
-                        ours = speed[f"{family} rnnkit {mode}"]
-                        theirs = speed[f"{family} keras {mode}"]
+                        ours = speed.get(f"{family} rnnkit {mode}")
+                        theirs = speed.get(f"{family} keras {mode}")
+                        if ours is None or theirs is None:
+                            continue
                         emit(
                             section="speed", family=family, steps=steps, units=units,
                             masked=masked, precision=precision, mode=mode,
@@ -294,6 +326,9 @@ def main():
         speed_rows([(100, 256), (200, 512)], 64, args.rounds, 5, emit, deadline)
         scan_rows([256, 1024, 4096], 16, 256, args.rounds, emit, deadline)
     failed = [r for r in rows if r.get("passed") is False]
+    broken = [r for r in rows if "failed" in r]
+    if broken:
+        print(f"{len(broken)} rows could not be measured (their failed= says why)")
     skipped = [r["skipped"] for r in rows if "skipped" in r]
     if skipped:
         print(f"left out for time (--max-minutes {args.max_minutes:g}): {skipped}")

@@ -231,9 +231,9 @@ class TrainConfig:
     max_minutes: float = field(
         0.0,
         help="Stop training after this many minutes (0: no limit): the epoch under "
-        "way ends at the batch that passes it, is validated, and the best weights are "
-        "kept as with early stopping. Each fit counts afresh (a resumed run, a "
-        "backtest fold, a tuning trial).",
+        "way ends at the batch that passes it and is validated; with early stopping "
+        "on (train.patience > 0) its best weights are kept. Each fit counts afresh "
+        "(a resumed run, a backtest fold, a tuning trial).",
         at_least=0.0,
     )
     shuffle: bool = field(True, help="Shuffle training examples every epoch.")

@@ -57,3 +57,24 @@ def test_rows_past_the_deadline_are_named_not_measured(section):
         gpu_check.scan_rows([256, 1024], 16, 256, 5, emit, deadline=0.0)
     assert rows and all("skipped" in row for row in rows)
     assert len(rows) == (4 if section == "speed" else 2 * len(gpu_check.SCAN_LAYERS))
+
+
+def test_a_model_that_fails_gives_a_row_saying_why_and_the_run_goes_on(monkeypatch):
+    """As Keras 3.15's cuDNN LSTM did under mixed_bfloat16 on JAX: the row names the
+    error, the other layers are still measured."""
+    import keras
+
+    import rnnkit.layers
+
+    class Broken(keras.layers.Layer):
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("Unknown output type\nbfloat16")
+
+    monkeypatch.setattr(gpu_check, "FAMILIES", {"GRU": (rnnkit.layers.GRU, Broken)})
+    rows, emit = collect()
+    gpu_check.speed_rows([(3, 4)], 2, 1, 1, emit, deadline=float("inf"))
+    failed = [row for row in rows if "failed" in row]
+    assert len(failed) == 4  # masked or not, in both precisions
+    assert failed[0]["failed"] == "RuntimeError: Unknown output type bfloat16"
+    assert all(row["layer"] == "keras" for row in failed)
+    assert not [row for row in rows if "ratio" in row]

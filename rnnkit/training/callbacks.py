@@ -43,7 +43,8 @@ def time_budget_callback(
 ) -> keras.callbacks.Callback:
     """Stops training at the first batch that ends `minutes` after training began (by
     `clock`, default `time.monotonic`); Keras then validates the epoch under way and
-    ends it, and early stopping's best weights are restored as at any other end."""
+    ends it, and early stopping (when on) restores its best weights as at any other
+    end."""
     import time
 
     import keras
