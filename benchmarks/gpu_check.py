@@ -39,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import scan  # noqa: E402
 from recurrent import accelerator_line  # noqa: E402
 from timing import cpu_line, interleaved_seconds  # noqa: E402
 
@@ -50,13 +51,14 @@ FAMILIES = {
     "LSTM": (rnnkit.layers.LSTM, keras.layers.LSTM),
     "GRU": (rnnkit.layers.GRU, keras.layers.GRU),
 }
+# benchmarks/scan.py's layers (the CPU table's), with the LRU beside them.
 SCAN_LAYERS = {
-    "rnnkit LSTM": lambda units: rnnkit.layers.LSTM(units),
-    "MinGRU scan": lambda units: rnnkit.layers.MinGRU(units, scan="parallel"),
-    "MinGRU loop": lambda units: rnnkit.layers.MinGRU(units, scan="sequential"),
-    "MinLSTM scan": lambda units: rnnkit.layers.MinLSTM(units, scan="parallel"),
+    **{
+        name: scan.LAYERS[name]
+        for name in ("rnnkit LSTM", "MinGRU scan", "MinGRU loop", "MinLSTM scan")
+    },
     "LRU scan": lambda units: rnnkit.layers.LRU(units, scan="parallel"),
-    "RGLRU scan": lambda units: rnnkit.layers.RGLRU(units, scan="parallel"),
+    "RGLRU scan": scan.LAYERS["RGLRU scan"],
 }
 
 
