@@ -9,10 +9,11 @@ input only, so that a whole sequence trains with a parallel scan.
 
 with phi linear by default, as in the paper. Neither gate reads h_{t-1}, so every
 step's a_t and b_t of h_t = a_t * h_{t-1} + b_t come from the inputs at once and the
-states from `rnnkit.layers.scan.linear_scan`. The same cells also run one step at a
-time (`step`), which is what `scan="sequential"`, export and a step of generation use,
-and what `scan="auto"` runs on a TensorFlow CPU, where it trained faster than the
-prefix scan (`_ScanLayer.method`).
+states from `rnnkit.layers.scan.linear_scan`: as a prefix scan, or one step at a time
+(`scan="sequential"`, which `scan="auto"` runs on a TensorFlow CPU, where it trained
+faster than the prefix scan: `_ScanLayer.method`). The cells also run one step at a
+time from the inputs (`step`): that is what export traces, what a step of generation
+computes and what `keras.layers.RNN` runs.
 """
 
 from __future__ import annotations
@@ -178,9 +179,9 @@ _LAYER_OPTIONS = (
 
 
 class _ScanLayer(RecurrentLayer):
-    """A `RecurrentLayer` whose cell's gates read the input only: a call runs the
-    parallel scan (`scan`), and the cell's step loop where it is asked for
-    (`scan="sequential"`) or traced for export."""
+    """A `RecurrentLayer` whose cell's gates read the input only: a call computes
+    every step's coefficients at once and runs `linear_scan` over them in the form
+    `scan` names; export traces the cell's step loop instead."""
 
     def __init__(self, units, scan="auto", **kwargs):
         if scan not in ("auto", *METHODS):
@@ -200,10 +201,10 @@ class _ScanLayer(RecurrentLayer):
         self.scan = scan
 
     def method(self) -> str:
-        """The form a call runs: `scan`, or for "auto" the cell's step loop on
+        """The form a call runs: `scan`, or for "auto" the sequential form on
         TensorFlow with no GPU visible (there the prefix scan's passes over the whole
         sequence are bound by memory, and the XLA-compiled loop trained faster at
-        most sizes measured: docs/performance.md, "Scan recurrences") and the prefix
+        every size measured: docs/performance.md, "Scan recurrences") and the prefix
         scan elsewhere."""
         if self.scan != "auto":
             return self.scan
@@ -218,7 +219,7 @@ class _ScanLayer(RecurrentLayer):
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         method = self.method()
-        if method == "sequential" or _export.active():
+        if _export.active():
             return super().inner_loop(sequences, initial_state, mask, training)
         self.execution_path = f"{method} scan: the gates read the inputs only"
         return self._scan(sequences, initial_state[0], mask, training, method)
@@ -273,9 +274,10 @@ class MinGRU(_ScanLayer):
         kernel_regularizer, bias_regularizer: As for `MinGRUCell`.
         kernel_constraint, bias_constraint, dropout, seed: As for `MinGRUCell`.
         scan: "parallel" (a prefix scan), "log" (the same in log space, Heinsen's
-            form), "sequential" (the cell's step loop, as `GRU` runs it) or "auto"
-            (default: the step loop on TensorFlow with no GPU visible, where it
-            trained faster, else the prefix scan; `method()`).
+            form), "sequential" (one step at a time over the coefficients, on
+            TensorFlow an XLA-compiled loop with its gradient written out) or
+            "auto" (default: "sequential" on TensorFlow with no GPU visible, where
+            it trained faster, else the prefix scan; `method()`).
         return_sequences, return_state, go_backwards, stateful: As for `GRU`.
         unroll, activity_regularizer: As for `GRU` (`unroll` for the step loop).
 

@@ -14,8 +14,9 @@ the same numbers:
   as logarithms (`log_a`, e.g. minGRU's -softplus). A long sequence with strong
   decay loses digits here (A_t and the log-sums are large and cancel): prefer
   `"parallel"` unless the coefficients come as logarithms.
-- `"sequential"`: one step at a time (`keras.ops.scan`), the reference the others are
-  checked against and what a step of inference computes.
+- `"sequential"`: one step at a time, what a step of inference computes: on
+  TensorFlow an XLA-compiled loop whose gradient is the same recurrence run backwards
+  (`_scan_tf`), elsewhere `keras.ops.scan`.
 
 All three take (batch, steps, units) coefficients and an optional initial state
 (batch, units), and return every step's state, (batch, steps, units).
@@ -23,6 +24,7 @@ All three take (batch, steps, units) coefficients and an optional initial state
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 METHODS = ("parallel", "log", "sequential")
@@ -116,30 +118,19 @@ def _shaped_like(results, elems):
 
 
 def _sequential_scan(a, b):
+    if keras.backend.backend() == "tensorflow":
+        from rnnkit.layers._scan_tf import sequential_scan
+
+        return sequential_scan(a, b)
+
     def step(h, coefficients):
         a_t, b_t = coefficients
         h = a_t * h + b_t
         return h, h
 
-    if a.shape[1] is None:  # keras.ops.scan needs the length when traced
-        return _tf_scan(a, b)
     time_major = (ops.transpose(a, (1, 0, 2)), ops.transpose(b, (1, 0, 2)))
     _, h = ops.scan(step, ops.zeros_like(b[:, 0]), time_major)
     return ops.transpose(h, (1, 0, 2))
-
-
-def _tf_scan(a, b):
-    """The sequential form over a length known when run only, which happens in a
-    TensorFlow graph alone (JAX traces static shapes, PyTorch runs eagerly)."""
-    import tensorflow as tf
-
-    def step(h, coefficients):
-        a_t, b_t = coefficients
-        return a_t * h + b_t
-
-    time_major = (tf.transpose(a, (1, 0, 2)), tf.transpose(b, (1, 0, 2)))
-    h = tf.scan(step, time_major, initializer=tf.zeros_like(b[:, 0]))
-    return tf.transpose(h, (1, 0, 2))
 
 
 def _log_cumsum_exp(x):
