@@ -8,12 +8,14 @@ on the machine hits all alike); a row gives each layer's training sequences per
 second (median over rounds) and its ratio to rnnkit's LSTM (> 1: faster).
 `--memory` then runs each layer at each length in a fresh interpreter and prints
 how far its resident memory rises during three training steps above what it held
-after a first (traced, warm) one: the activations a step keeps for its backward
-pass, whose growth with T is what a form's memory costs.
+after a first (traced, warm) one, and the highest it reached over all four steps
+above what it held before the first (`child`): the activations a step keeps for its
+backward pass, whose growth with T is what a form's memory costs.
 
     python benchmarks/scan.py                         # T = 64, 256, 1,024, 4,096
     python benchmarks/scan.py --steps 1024 --torch    # and torch.nn.LSTM beside them
     python benchmarks/scan.py --memory                # and peak memory per layer and T
+    python benchmarks/scan.py --memory --layers "rnnkit LSTM,MinGRU loop" --batch 64
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def torch_step(steps, units, batch):
     return step
 
 
-def speed_rows(lengths, units, batch, rounds, with_torch):
-    names = [*LAYERS, *(["PyTorch LSTM"] if with_torch else [])]
+def speed_rows(lengths, units, batch, rounds, with_torch, layers):
+    names = [*layers, *(["PyTorch LSTM"] if with_torch else [])]
     print(f"training sequences/s (ratio to rnnkit LSTM); batch {batch}, {units} units")
     print(f"{'T':>6}  " + "  ".join(f"{n:>22}" for n in names))
     for steps in lengths:
@@ -105,13 +107,29 @@ def resident_mib() -> float:
 
 
 def child(name, steps, units, batch):
-    """One layer at one length: how far the resident memory rises above what the
-    process held after its first training step (traced, compiled, warm), over
-    three more steps, sampled every 2 ms; prints it in MiB."""
+    """One layer at one length, in MiB: how far the resident memory rises above
+    what the process held after its first training step (traced, compiled, warm),
+    over three more steps (`peak_mib`), and the highest it reached over all four
+    above what it held with the model built and no step run (`peak_from_start_mib`:
+    tracing and compiling too, the same for every length, and every activation the
+    step keeps, which the first measure misses where the allocator kept the warm
+    step's memory); sampled every 2 ms."""
     import threading
 
     run = keras_step(name, steps, units, batch)
+    start = resident_mib()
+    highest, done = [start], threading.Event()
+
+    def sample_first():
+        while not done.is_set():
+            highest.append(resident_mib())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample_first)
+    sampler.start()
     run()
+    done.set()
+    sampler.join()
     before = resident_mib()
     peak, done = [before], threading.Event()
 
@@ -126,20 +144,34 @@ def child(name, steps, units, batch):
         run()
     done.set()
     sampler.join()
-    print(json.dumps({"peak_mib": max(peak) - before}))
+    print(
+        json.dumps(
+            {
+                "peak_mib": max(peak) - before,
+                "peak_from_start_mib": max(*highest, *peak) - start,
+            }
+        )
+    )
 
 
-def memory_rows(lengths, units, batch):
-    print(f"\nresident MiB above a warm step's, 3 training steps, batch {batch}")
-    print(f"{'T':>6}  " + "  ".join(f"{n:>12}" for n in LAYERS))
+def memory_rows(lengths, units, batch, layers):
+    print(
+        f"\nresident MiB above a warm step's, 3 training steps / highest above the "
+        f"built model's, 4 steps; batch {batch}, {units} units"
+    )
+    print(f"{'T':>6}  " + "  ".join(f"{n:>16}" for n in layers))
     here = os.path.dirname(os.path.abspath(__file__))
     for steps in lengths:
         peaks = [
             run_phase(__file__, name, [str(steps), str(units), str(batch)], here)
-            for name in LAYERS
+            for name in layers
         ]
         print(
-            f"{steps:>6}  " + "  ".join(f"{p['peak_mib']:>12.0f}" for p in peaks),
+            f"{steps:>6}  "
+            + "  ".join(
+                f"{p['peak_mib']:>7.0f} / {p['peak_from_start_mib']:>6.0f}"
+                for p in peaks
+            ),
             flush=True,
         )
 
@@ -152,16 +184,28 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument(
+        "--layers",
+        default=",".join(LAYERS),
+        help="comma-separated names among: " + ", ".join(LAYERS),
+    )
     parser.add_argument("--child", nargs=4, metavar=("LAYER", "T", "UNITS", "BATCH"))
     args = parser.parse_args()
     if args.child:
         name, steps, units, batch = args.child
         return child(name, int(steps), int(units), int(batch))
     lengths = [int(s) for s in args.steps.split(",")]
+    layers = args.layers.split(",")
+    unknown = sorted(set(layers) - set(LAYERS))
+    if unknown or "rnnkit LSTM" not in layers:
+        parser.error(
+            f"--layers: unknown {unknown} or no 'rnnkit LSTM' (the ratios' base); "
+            f"choose among {', '.join(LAYERS)}"
+        )
     print(f"{cpu_line()}; Keras {keras.__version__} ({keras.backend.backend()})")
-    speed_rows(lengths, args.units, args.batch, args.rounds, args.torch)
+    speed_rows(lengths, args.units, args.batch, args.rounds, args.torch, layers)
     if args.memory:
-        memory_rows(lengths, args.units, args.batch)
+        memory_rows(lengths, args.units, args.batch, layers)
 
 
 if __name__ == "__main__":
