@@ -203,39 +203,26 @@ class TranslationRecipe(Recipe):
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: TranslationConfig
     ) -> list[str]:
-        import numpy as np
-        from rnnkit_recipes.translation.data import text_options
-        from rnnkit_recipes.translation.decode import detokenized, search, source_tokens
+        """The lines of `rnnkit predict`: a translation per sentence, or with
+        `--n-best K` the sentence and its K ranked translations with their scores,
+        from the records `rnnkit serve` answers with (`predict_records`)."""
+        from rnnkit_recipes.translation.serve import records
 
         from rnnkit.data.text import read_inputs
 
         sentences = read_inputs(
             inputs, "give a sentence to translate, or a file of sentences"
         )
-        source_vocabulary, target_vocabulary = _vocabularies(model, config)
-        options = text_options(config)
-        n_best = config.evaluation.n_best
-        result = search(
-            model,
-            [source_vocabulary.encode(source_tokens(s, options)) for s in sentences],
-            config,
-            beam_width=max(config.evaluation.beam_width, n_best),
-            n_best=n_best,
-        )
+        found = records(model, sentences, config, _vocabularies(model, config), None)
+        if config.evaluation.n_best == 1:
+            return [record["translation"] for record in found]
         lines = []
-        for row, sentence in enumerate(sentences):
-            texts = [
-                detokenized(target_vocabulary, tokens) for tokens in result.tokens[row]
-            ]
-            if n_best == 1:
-                lines.append(texts[0])
-                continue
+        for sentence, record in zip(sentences, found, strict=True):
             lines.append(sentence)
-            for rank, (text, score) in enumerate(
-                zip(texts, result.scores[row], strict=True), start=1
-            ):
-                if np.isfinite(score):
-                    lines.append(f"  {rank}. [{score:.3f}] {text}")
+            lines += [
+                f"  {rank}. [{ranked['score']:.3f}] {ranked['text']}"
+                for rank, ranked in enumerate(record["n_best"], start=1)
+            ]
         return lines
 
     def predict_records(
