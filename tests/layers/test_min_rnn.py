@@ -262,6 +262,29 @@ def test_every_scan_form_computes_the_recurrence(method, steps, length):
     np.testing.assert_allclose(d_h0, grads[:, 0] * a[:, 0], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("length", ["static", "dynamic"])
+def test_the_sequential_form_without_xla(length, monkeypatch):
+    """A TensorFlow that cannot XLA-compile runs `tf.scan` with automatic
+    differentiation instead of the compiled loops: the same states and gradients."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the compiled loops are TensorFlow's")
+    from rnnkit.layers import _xla
+
+    rng = np.random.default_rng(5)
+    arrays = (
+        rng.uniform(0.5, 0.999, (2, 9, 3)).astype("float32"),
+        rng.standard_normal((2, 9, 3)).astype("float32"),
+        rng.standard_normal((2, 3)).astype("float32"),
+    )
+    w = rng.standard_normal((2, 9, 3)).astype("float32")
+    compiled = scan_and_gradients("sequential", arrays, w, length == "dynamic")
+    monkeypatch.setattr(_xla, "available", lambda: False)
+    uncompiled = scan_and_gradients("sequential", arrays, w, length == "dynamic")
+    np.testing.assert_allclose(uncompiled[0], _reference_scan(*arrays), rtol=1e-5)
+    for got, want in zip(uncompiled[1], compiled[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_the_log_form_survives_decays_whose_products_underflow():
     """log a_t = -100 at every step (exp(-600) is 0 in float32), b_t of both signs
     and zeros: the state is b_t alone, finite, within the digits the log form
