@@ -54,7 +54,8 @@ internals for runs that need neither:
   names of its signature.
 - `dynamic_update_slice`: TensorFlow's `XlaDynamicUpdateSlice` op, not in
   `tf.raw_ops`, which the LiteRT converter turns into the builtin
-  DYNAMIC_UPDATE_SLICE (the export loop, `rnnkit.layers._export`).
+  DYNAMIC_UPDATE_SLICE (the export loop, `rnnkit.layers._export`), and XLA updates
+  in place (the scan layers' compiled loops, `rnnkit.layers._scan_tf`).
 - `read_profile`: a TensorFlow profile (`*.xplane.pb`, the `XSpace` protocol
   buffer that `tf.profiler` writes), for the op-time benchmark.
 
@@ -116,7 +117,8 @@ TF_SYMBOLS = (
         "tensorflow.python.framework.convert_to_constants",
         "convert_variables_to_constants_v2",
     ),
-    # `dynamic_update_slice`, for the LiteRT export loop (rnnkit/layers/_export.py).
+    # `dynamic_update_slice`, for the LiteRT export loop (rnnkit/layers/_export.py)
+    # and the scan layers' compiled loops (rnnkit/layers/_scan_tf.py).
     ("tensorflow.compiler.tf2xla.python.xla", "dynamic_update_slice"),
     # `read_profile`, for benchmarks/profile_recurrent.py.
     ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace"),

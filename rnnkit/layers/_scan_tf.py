@@ -23,13 +23,14 @@ import functools
 def _forward(a, b):
     """Every h_t from h_{-1} = 0."""
     import tensorflow as tf
-    from tensorflow.compiler.tf2xla.python import xla
+
+    from rnnkit._keras_private import dynamic_update_slice
 
     steps = tf.shape(a)[1]
 
     def step(t, h, states):
         h = a[:, t] * h + b[:, t]
-        return t + 1, h, xla.dynamic_update_slice(states, h[:, None], [0, t, 0])
+        return t + 1, h, dynamic_update_slice(states, h[:, None], [0, t, 0])
 
     _, _, states = tf.while_loop(
         lambda t, *_: t < steps,
@@ -44,14 +45,15 @@ def _backward(a, upstream):
     """s_t = g_t + a_{t+1} s_{t+1} from the last step to the first: the gradient of
     every b_t."""
     import tensorflow as tf
-    from tensorflow.compiler.tf2xla.python import xla
+
+    from rnnkit._keras_private import dynamic_update_slice
 
     steps = tf.shape(a)[1]
     a_next = tf.concat([a[:, 1:], tf.zeros_like(a[:, :1])], axis=1)
 
     def step(t, s, sums):
         s = upstream[:, t] + a_next[:, t] * s
-        return t - 1, s, xla.dynamic_update_slice(sums, s[:, None], [0, t, 0])
+        return t - 1, s, dynamic_update_slice(sums, s[:, None], [0, t, 0])
 
     _, _, sums = tf.while_loop(
         lambda t, *_: t >= 0,
