@@ -145,8 +145,10 @@ on the validation split.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import tempfile
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -181,6 +183,7 @@ __all__ = [
     "RnnkitError",
     "TrainConfig",
     "field",
+    "csv_files_of",
     "csv_texts_of",
     "section",
     "texts_of",
@@ -446,3 +449,23 @@ def csv_texts_of(inputs: Sequence[Any], what: str) -> list[str]:
             value = pd.DataFrame(value).to_csv(index=False)
         texts.append(value)
     return texts_of(texts, what)
+
+
+@contextlib.contextmanager
+def csv_files_of(inputs: Sequence[Any], what: str, name: str) -> Iterator[list[str]]:
+    """`csv_texts_of(inputs, what)` written to files called `name` in a temporary
+    folder (one folder per input), for a recipe whose reader takes a path, as
+    `rnnkit predict` reads a file; the folder is removed on leaving the block.
+
+    Raises:
+        RnnkitError: as `csv_texts_of`.
+    """
+    texts = csv_texts_of(inputs, what)
+    with tempfile.TemporaryDirectory() as folder:
+        paths = []
+        for index, text in enumerate(texts):
+            path = Path(folder) / str(index) / name
+            path.parent.mkdir()
+            path.write_text(text, encoding="utf-8")
+            paths.append(str(path))
+        yield paths

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rnnkit_recipes.forecasting.config import ForecastingConfig, check_values
 
-from rnnkit.recipe import Metrics, Recipe, RecipeData, RnnkitError, csv_texts_of
+from rnnkit.recipe import Metrics, Recipe, RecipeData, RnnkitError, csv_files_of
 
 if TYPE_CHECKING:
     import keras
@@ -211,8 +211,6 @@ class ForecastingRecipe(Recipe):
         """Per input (a CSV text in the training file's layout, or its columns as
         a JSON object): `{"series": [record, ...]}`, each series' history and
         forecast quantiles."""
-        import tempfile
-
         from rnnkit_recipes.forecasting.predict import forecast_records
 
         if calls is not None:
@@ -221,14 +219,9 @@ class ForecastingRecipe(Recipe):
                 "/v1/models/NAME:predict takes the exported model's inputs"
             )
         _check_model_shape(model, config)
-        texts = csv_texts_of(inputs, "series in the training file's layout")
-        out = []
-        for text in texts:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "series.csv"
-                path.write_text(text, encoding="utf-8")
-                out.append({"series": forecast_records(model, str(path), config)})
-        return out
+        what = "series in the training file's layout"
+        with csv_files_of(inputs, what, "series.csv") as paths:
+            return [{"series": forecast_records(model, p, config)} for p in paths]
 
     def ensemble(self, models, configs):
         from rnnkit_recipes.forecasting.ensemble import ensemble_model

@@ -18,7 +18,7 @@ from rnnkit.recipe import (
     Metrics,
     Recipe,
     RnnkitError,
-    csv_texts_of,
+    csv_files_of,
 )
 
 if TYPE_CHECKING:
@@ -125,21 +125,14 @@ class StockRecipe(Recipe):
         """Per input (a CSV text of daily prices, as `rnnkit predict` reads a
         file, or its columns as a JSON object): the window the model read and the
         forecast closes."""
-        import tempfile
-
         if calls is not None:
             raise RnnkitError(
                 "the stock recipe answers /predict from the Keras runtime; "
                 "/v1/models/NAME:predict takes the exported model's inputs"
             )
-        texts = csv_texts_of(inputs, "daily prices (date, close, ...)")
-        out = []
-        for text in texts:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "prices.csv"
-                path.write_text(text, encoding="utf-8")
-                out.append(forecast_record(model, str(path), config))
-        return out
+        what = "daily prices (date, close, ...)"
+        with csv_files_of(inputs, what, "prices.csv") as paths:
+            return [forecast_record(model, path, config) for path in paths]
 
     def write_plots(
         self, model: keras.Model, data: StockData, config: StockConfig, plot_dir: Path

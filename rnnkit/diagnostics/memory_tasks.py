@@ -410,7 +410,7 @@ def gradient_probe(
             tf.nn.sparse_softmax_cross_entropy_with_logits(last_target, outputs)
         )
 
-    if model.name.endswith(TRANSFORMER):
+    if transformer_blocks(model):  # attention, no state to follow
         return _transformer_gradients(model, inputs, loss), math.nan
     recurrent = model.layers[0]  # of a stack, the layer that reads the inputs
     cells = [layer.cell for layer in model.layers[:-1]]
