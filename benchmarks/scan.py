@@ -106,6 +106,27 @@ def resident_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def highest_resident_mib(work) -> float:
+    """The highest resident set size while `work()` runs, sampled every 2 ms, MiB."""
+    import threading
+
+    highest, done = [resident_mib()], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            highest.append(resident_mib())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        work()
+    finally:
+        done.set()
+        sampler.join()
+    return max(*highest, resident_mib())
+
+
 def child(name, steps, units, batch):
     """One layer at one length, in MiB: how far the resident memory rises above
     what the process held after its first training step (traced, compiled, warm),
@@ -114,41 +135,16 @@ def child(name, steps, units, batch):
     tracing and compiling too, the same for every length, and every activation the
     step keeps, which the first measure misses where the allocator kept the warm
     step's memory); sampled every 2 ms."""
-    import threading
-
     run = keras_step(name, steps, units, batch)
     start = resident_mib()
-    highest, done = [start], threading.Event()
-
-    def sample_first():
-        while not done.is_set():
-            highest.append(resident_mib())
-            time.sleep(0.002)
-
-    sampler = threading.Thread(target=sample_first)
-    sampler.start()
-    run()
-    done.set()
-    sampler.join()
+    first = highest_resident_mib(run)
     before = resident_mib()
-    peak, done = [before], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak.append(resident_mib())
-            time.sleep(0.002)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    for _ in range(3):
-        run()
-    done.set()
-    sampler.join()
+    later = highest_resident_mib(lambda: [run() for _ in range(3)])
     print(
         json.dumps(
             {
-                "peak_mib": max(peak) - before,
-                "peak_from_start_mib": max(*highest, *peak) - start,
+                "peak_mib": later - before,
+                "peak_from_start_mib": max(first, later) - start,
             }
         )
     )
