@@ -57,5 +57,7 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         layer.cell, bool(training), sequences.shape[1], sequences.shape[0]
     )
     if measured is None:
-        return layer.cell.xla_pays(bool(training), side_by_side), None
+        return layer.cell.xla_pays(
+            bool(training), side_by_side, batch=sequences.shape[0]
+        ), None
     return measured, None

@@ -164,7 +164,7 @@ class GRUCell(RecurrentCell):
     bptt_num_saved = 3  # z_t, the factors of [z' r' n'] and of [z' r' n' r_t]
     bptt_num_emitted = 2  # G_x = [z' r' n'], G_h = [z' r' n' r_t]
 
-    def xla_pays(self, training, side_by_side=False):
+    def xla_pays(self, training, side_by_side=False, batch=None):
         """Training and inference: XLA fuses the step's element-wise work (the
         split of the one recurrent matmul, the reset gate, the interpolation).
         Evidence: docs/performance.md, "XLA-compiled loops"."""

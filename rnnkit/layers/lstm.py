@@ -135,15 +135,20 @@ class LSTMCell(RecurrentCell):
             )
         ]
 
-    def xla_pays(self, training, side_by_side=False):
+    SMALL_STEP = 8192  # batch x units up to which one XLA loop beats the plain one
+
+    def xla_pays(self, training, side_by_side=False, batch=None):
         """Where the loop runs beside others (the batch split into one loop per
         core, `batch_shards`, or one direction of a `Bidirectional`), in training
-        and inference; else never: one plain loop runs the four gate matmuls of a
-        step side by side on the cores, which XLA's CPU loop does not, and once each
-        core runs a loop of its own XLA's fusion of the element-wise work pays.
-        `jit_compile=True` always compiles. Evidence: docs/performance.md,
+        and inference; in one loop alone only for a small step (`batch` x `units`
+        at most `SMALL_STEP`, the batch known when traced), where the plain loop's
+        per-operation cost outweighs its matmuls: a large step's four gate matmuls
+        run side by side on the cores in the plain loop, which XLA's CPU loop does
+        not do. `jit_compile=True` always compiles. Evidence: docs/performance.md,
         "XLA-compiled loops"."""
-        return side_by_side
+        if side_by_side:
+            return True
+        return batch is not None and batch * self.units <= self.SMALL_STEP
 
     def loop_weights(self):
         """`gate_weights()`, or on JAX the four stacks side by side in one

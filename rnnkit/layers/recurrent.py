@@ -65,8 +65,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     - `loop_weights()`: what the layer's loop hands to every `step`; by default
       `gate_weights()`. A cell may lay them out otherwise for a backend where that
       is faster (`step` must accept both).
-    - `xla_pays(training, side_by_side=False)`: whether `jit_compile=None` compiles
-      this cell's loop where no calibration decides; by default it does.
+    - `xla_pays(training, side_by_side=False, batch=None)`: whether
+      `jit_compile=None` compiles this cell's loop where no calibration decides; by
+      default it does.
     - `bptt_blockers()`: why the hand-written backward pass cannot run (empty: it
       can). Inherited; it checks the dtype, recurrent dropout and activations.
     - The hand-written backward pass (optional, TensorFlow): `bptt_num_saved`,
@@ -238,12 +239,15 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
                 reasons.append(f"{name}={activation_name(getattr(self, name))}")
         return reasons
 
-    def xla_pays(self, training: bool, side_by_side: bool = False) -> bool:
+    def xla_pays(
+        self, training: bool, side_by_side: bool = False, batch: int | None = None
+    ) -> bool:
         """Whether the layer's loop, with `jit_compile=None`, runs compiled by XLA
         for a training (or an inference) call, on a CPU where no loaded calibration
         has measured it (`rnnkit.layers.calibration`); `side_by_side`: for a loop
         that runs beside others (the batch in one loop per core, `batch_shards`, or
-        one direction of a `keras.layers.Bidirectional`). By default it does."""
+        one direction of a `keras.layers.Bidirectional`); `batch`: the rows of the
+        batch (None: not known when traced). By default it does."""
         return True
 
     def loop_weights(self):

@@ -65,7 +65,7 @@ class SimpleRNNCell(RecurrentCell):
         bias = self._split_gates(self.bias)[0] if self.use_bias else None
         return self._with_bias_row(kernel, bias), recurrent_kernel
 
-    def xla_pays(self, training, side_by_side=False):
+    def xla_pays(self, training, side_by_side=False, batch=None):
         """Inference, and training where the loop runs beside others (the batch
         split into one loop per core, `batch_shards`, or in a `Bidirectional`): its
         one matmul and one tanh per step leave XLA little to fuse in one loop

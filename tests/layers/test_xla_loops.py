@@ -96,7 +96,9 @@ def test_default_compiles_where_it_pays_in_traced_calls_of_static_length(
         return layer(inputs, training=training)
 
     static = tf.function(call)(x)
-    assert (XLA in layer.execution_path) == layer.cell.xla_pays(training)
+    assert (XLA in layer.execution_path) == layer.cell.xla_pays(
+        training, batch=x.shape[0]
+    )
     # Batches padded to their own length: compiling each length once would cost
     # more than it saves, so the plain loop runs.
     signature = [tf.TensorSpec((None, None, checks.FEATURES), "float32")]
@@ -106,10 +108,29 @@ def test_default_compiles_where_it_pays_in_traced_calls_of_static_length(
         checks.assert_close(checks.as_list(outputs)[0], expected[0])
 
 
-def test_in_one_loop_gru_compiles_both_simple_rnn_inference_lstm_neither():
+def test_in_one_loop_gru_compiles_both_simple_rnn_inference_lstm_small_steps():
     assert GRU(512).cell.xla_pays(True) and GRU(8).cell.xla_pays(False)
     assert SimpleRNN(8).cell.xla_pays(False) and not SimpleRNN(8).cell.xla_pays(True)
-    assert not LSTM(64).cell.xla_pays(True) and not LSTM(64).cell.xla_pays(False)
+    # The LSTM alone in one loop: compiled for a small step (batch x units), where
+    # the plain loop's per-operation cost dominates, both ways; not for a large one
+    # or a batch size not known when traced.
+    for training in (True, False):
+        assert LSTM(256).cell.xla_pays(training, batch=1)
+        assert LSTM(512).cell.xla_pays(training, batch=16)
+        assert not LSTM(256).cell.xla_pays(training, batch=64)
+        assert not LSTM(512).cell.xla_pays(training, batch=32)
+        assert not LSTM(64).cell.xla_pays(training)
+
+
+@TF_ONLY
+def test_a_batch_of_one_compiles_the_lstm_loop_and_a_large_one_does_not():
+    import tensorflow as tf
+
+    for batch, compiled in ((1, True), (64, False)):
+        layer = LSTM(256, batch_shards=1)
+        x = np.random.default_rng(0).standard_normal((batch, 5, 3), dtype="float32")
+        tf.function(lambda inputs, layer=layer: layer(inputs))(x)
+        assert (XLA in layer.execution_path) == compiled, layer.execution_path
 
 
 @pytest.mark.parametrize("name", LAYERS)
@@ -157,7 +178,10 @@ def test_an_lstm_beside_other_loops_compiles_by_default(monkeypatch):
     layer = LSTM(checks.UNITS)
     tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=16))
     assert XLA in layer.execution_path and "2 shards" in layer.execution_path
-    tf.function(lambda x: layer(x, training=True))(checks.random_inputs(1, batch=8))
+    # Alone in one loop (a batch size not known when traced) it does not.
+    x = checks.random_inputs(1, batch=16)
+    signature = [tf.TensorSpec((None, *x.shape[1:]), "float32")]
+    tf.function(lambda x: layer(x, training=True), input_signature=signature)(x)
     assert XLA not in layer.execution_path and "shards" not in layer.execution_path
     # Each direction of a Bidirectional runs beside the other.
     both = keras.layers.Bidirectional(LSTM(checks.UNITS))
