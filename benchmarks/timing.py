@@ -29,9 +29,30 @@ def cpu_model() -> str:
     return "unknown"
 
 
+# The CPU flags a speed figure depends on (lscpu / /proc/cpuinfo names): the
+# AVX-512 float32 and bfloat16 instructions and Intel's AMX tiles, which oneDNN and
+# PyTorch use for bfloat16 matmuls.
+FLAGS = (("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"), ("amx_bf16", "AMX"))
+
+
+def cpu_flags(flags: set[str] | None = None) -> str:
+    """Which of `FLAGS` the CPU has: "AVX-512, AVX512_BF16, no AMX" (from
+    /proc/cpuinfo's flags, or `flags`); "flags unknown" where they cannot be read."""
+    if flags is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "flags unknown"
+        lines = [line for line in text.splitlines() if line.startswith("flags")]
+        if not lines:
+            return "flags unknown"
+        flags = set(lines[0].split(":", 1)[1].split())
+    return ", ".join(name if flag in flags else f"no {name}" for flag, name in FLAGS)
+
+
 def cpu_line() -> str:
-    """`CPU model (N cores visible)`, for a benchmark's header or footer."""
-    return f"{cpu_model()} ({os.cpu_count()} cores visible)"
+    """`CPU model (N cores visible; its FLAGS)`, for a benchmark's header or footer."""
+    return f"{cpu_model()} ({os.cpu_count()} cores visible; {cpu_flags()})"
 
 
 def read_epoch_record(record: Path) -> tuple[list[float], list[str]]:

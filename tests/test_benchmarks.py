@@ -169,6 +169,16 @@ def test_epoch_times_of_a_resumed_run_include_the_earlier_process(tmp_path):
     assert resumed.cpus == [timing.cpu_model()] * 5
 
 
+def test_the_cpu_line_names_the_vector_extensions_a_figure_depends_on():
+    xeon = {"fpu", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+    assert timing.cpu_flags(xeon) == "AVX-512, AVX512_BF16, AMX"
+    assert timing.cpu_flags({"avx2", "avx512f"}) == "AVX-512, no AVX512_BF16, no AMX"
+    # This machine's line carries its flags, read from /proc/cpuinfo, or says it
+    # could not read them.
+    flags = timing.cpu_line().rsplit("; ", 1)[1]
+    assert flags.endswith("AMX)") or flags == "flags unknown)", flags
+
+
 def test_each_run_records_the_cpus_its_epochs_ran_on(tmp_path, monkeypatch):
     """A run resumed on another machine records both CPUs, in the order used; a
     record written before the CPUs were reads them as unknown."""
