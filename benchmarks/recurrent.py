@@ -33,6 +33,7 @@ rnnkit's layer with `dtype="float32"` inside the mixed model.
     python benchmarks/recurrent.py --uncompiled    # and rnnkit without XLA
     python benchmarks/recurrent.py --shards 1      # and rnnkit in one loop
     python benchmarks/recurrent.py --batch 16 --shards 1   # at another batch size
+    python benchmarks/recurrent.py --torch --batch 1,64    # one table per batch size
     python benchmarks/recurrent.py --precision mixed_bfloat16  # and against float32
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
@@ -278,7 +279,10 @@ def main():
         "use_cudnn=False, its own loop) on a line under each row.",
     )
     parser.add_argument(
-        "--batch", type=int, default=BATCH, help=f"Batch size (default {BATCH})."
+        "--batch",
+        default=str(BATCH),
+        help=f"Batch size, or several comma-separated, one table each in the same run "
+        f"(default {BATCH}).",
     )
     parser.add_argument(
         "--bidirectional",
@@ -307,7 +311,10 @@ def main():
         "in float32 on a line under each row (ratios: policy over float32).",
     )
     args = parser.parse_args()
-    BATCH = args.batch
+    try:
+        batches = [int(batch) for batch in args.batch.split(",")]
+    except ValueError:
+        parser.error(f"--batch {args.batch}: give batch sizes such as 64 or 1,64")
     if args.bidirectional and args.torch:
         parser.error("--bidirectional compares Keras models only: drop --torch")
     if args.torch:
@@ -316,95 +323,98 @@ def main():
         torch.set_num_threads(os.cpu_count())
     peak = matmul_peak()
     print(f"CPU: {cpu_line()}; GPU: {accelerator_line()}")
-    print(
-        f"keras {keras.__version__}, backend {keras.backend.backend()}, "
-        f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
-        f"{args.rounds} interleaved rounds x {args.steps_per_round} steps, "
-        f"dtype policy {args.precision}"
-        + (f", torch {__import__('torch').__version__}" if args.torch else "")
-    )
-    header = (
-        f"{'layer':5} {'seq':>4} {'hidden':>6} | {'train seq/s rnnkit':>18} "
-        f"{'keras':>8} {'ratio':>6} {'GFLOP/s':>8} {'of peak':>7} | "
-        f"{'infer seq/s rnnkit':>18} {'keras':>8} {'ratio':>6}"
-        + (f" | {'torch train':>11} {'ratio':>6} {'torch infer':>11} {'ratio':>6}"
-           if args.torch else "")
-    )  # fmt: skip
-    print(header)
-    print("-" * len(header))
     path_notes = set()
-    for family in args.families.split(","):
-        for config in args.configs.split(","):
-            steps_in_time, units = (int(v) for v in config.split("x"))
-            rates, paths, first_calls = run_config(
-                family,
-                steps_in_time,
-                units,
-                args.rounds,
-                args.steps_per_round,
-                args.torch,
-                variants(args),
-                args.bidirectional,
-                args.precision,
-            )
-            train = rates["rnnkit", "train"] / rates["keras", "train"]
-            infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
-            gflops = training_gflop(family, steps_in_time, units) * (
-                rates["rnnkit", "train"] / BATCH
-            )
-            if args.bidirectional:
-                gflops *= 2
-            line = (
-                f"{family:5} {steps_in_time:>4} {units:>6} | "
-                f"{rates['rnnkit', 'train']:>18.1f} {rates['keras', 'train']:>8.1f} "
-                f"{train:>5.2f}x {gflops:>8.1f} {gflops / peak:>7.0%} | "
-                f"{rates['rnnkit', 'infer']:>18.1f} "
-                f"{rates['keras', 'infer']:>8.1f} {infer:>5.2f}x"
-            )
-            if args.torch:
-                line += (
-                    f" | {rates['torch', 'train']:>11.1f} "
-                    f"{rates['rnnkit', 'train'] / rates['torch', 'train']:>5.2f}x "
-                    f"{rates['torch', 'infer']:>11.1f} "
-                    f"{rates['rnnkit', 'infer'] / rates['torch', 'infer']:>5.2f}x"
+    for BATCH in batches:  # the module's BATCH, which run_config reads
+        print(
+            f"keras {keras.__version__}, backend {keras.backend.backend()}, "
+            f"fp32 matmul peak {peak:.0f} GFLOP/s, batch {BATCH}, input {FEATURES}, "
+            f"{args.rounds} interleaved rounds x {args.steps_per_round} steps, "
+            f"dtype policy {args.precision}"
+            + (f", torch {__import__('torch').__version__}" if args.torch else "")
+        )
+        header = (
+            f"{'layer':5} {'seq':>4} {'hidden':>6} | {'train seq/s rnnkit':>18} "
+            f"{'keras':>8} {'ratio':>6} {'GFLOP/s':>8} {'of peak':>7} | "
+            f"{'infer seq/s rnnkit':>18} {'keras':>8} {'ratio':>6}"
+            + (f" | {'torch train':>11} {'ratio':>6} {'torch infer':>11} {'ratio':>6}"
+               if args.torch else "")
+        )  # fmt: skip
+        print(header)
+        print("-" * len(header))
+        for family in args.families.split(","):
+            for config in args.configs.split(","):
+                steps_in_time, units = (int(v) for v in config.split("x"))
+                rates, paths, first_calls = run_config(
+                    family,
+                    steps_in_time,
+                    units,
+                    args.rounds,
+                    args.steps_per_round,
+                    args.torch,
+                    variants(args),
+                    args.bidirectional,
+                    args.precision,
                 )
-            print(line, flush=True)
-            for name, options in variants(args):
-                label = ", ".join(f"{k}={v}" for k, v in options.items())
+                train = rates["rnnkit", "train"] / rates["keras", "train"]
+                infer = rates["rnnkit", "infer"] / rates["keras", "infer"]
+                gflops = training_gflop(family, steps_in_time, units) * (
+                    rates["rnnkit", "train"] / BATCH
+                )
+                if args.bidirectional:
+                    gflops *= 2
+                line = (
+                    f"{family:5} {steps_in_time:>4} {units:>6} | "
+                    f"{rates['rnnkit', 'train']:>18.1f} "
+                    f"{rates['keras', 'train']:>8.1f} "
+                    f"{train:>5.2f}x {gflops:>8.1f} {gflops / peak:>7.0%} | "
+                    f"{rates['rnnkit', 'infer']:>18.1f} "
+                    f"{rates['keras', 'infer']:>8.1f} {infer:>5.2f}x"
+                )
+                if args.torch:
+                    line += (
+                        f" | {rates['torch', 'train']:>11.1f} "
+                        f"{rates['rnnkit', 'train'] / rates['torch', 'train']:>5.2f}x "
+                        f"{rates['torch', 'infer']:>11.1f} "
+                        f"{rates['rnnkit', 'infer'] / rates['torch', 'infer']:>5.2f}x"
+                    )
+                print(line, flush=True)
+                for name, options in variants(args):
+                    label = ", ".join(f"{k}={v}" for k, v in options.items())
+                    print(
+                        f"{'  ' + label:18}| "
+                        f"{rates[name, 'train']:>18.1f} {'':>8} "
+                        f"{rates[name, 'train'] / rates['keras', 'train']:>5.2f}x "
+                        f"{'':>8} {'':>7} | {rates[name, 'infer']:>18.1f} {'':>8} "
+                        f"{rates[name, 'infer'] / rates['keras', 'infer']:>5.2f}x",
+                        flush=True,
+                    )
+                if args.precision != "float32":
+                    speedups = ", ".join(
+                        f"{name} {kind} "
+                        f"{rates[name, kind] / rates[f'{name} float32', kind]:.2f}x"
+                        for name in ("rnnkit", "keras")
+                        for kind in ("train", "infer")
+                    )
+                    print(
+                        f"{'  float32':18}| "
+                        f"{rates['rnnkit float32', 'train']:>18.1f} "
+                        f"{rates['keras float32', 'train']:>8.1f} | "
+                        f"{rates['rnnkit float32', 'infer']:>18.1f} "
+                        f"{rates['keras float32', 'infer']:>8.1f} | "
+                        f"{args.precision} over float32: {speedups}",
+                        flush=True,
+                    )
+                path_notes.update(paths.items())
                 print(
-                    f"{'  ' + label:18}| "
-                    f"{rates[name, 'train']:>18.1f} {'':>8} "
-                    f"{rates[name, 'train'] / rates['keras', 'train']:>5.2f}x "
-                    f"{'':>8} {'':>7} | {rates[name, 'infer']:>18.1f} {'':>8} "
-                    f"{rates[name, 'infer'] / rates['keras', 'infer']:>5.2f}x",
+                    "  first call (tracing, compilation, one step), "
+                    "training / inference: "
+                    + ", ".join(
+                        f"{name} {first_calls[name, 'train']:.2f} / "
+                        f"{first_calls[name, 'infer']:.2f} s"
+                        for name in dict.fromkeys(name for name, _ in first_calls)
+                    ),
                     flush=True,
                 )
-            if args.precision != "float32":
-                speedups = ", ".join(
-                    f"{name} {kind} "
-                    f"{rates[name, kind] / rates[f'{name} float32', kind]:.2f}x"
-                    for name in ("rnnkit", "keras")
-                    for kind in ("train", "infer")
-                )
-                print(
-                    f"{'  float32':18}| "
-                    f"{rates['rnnkit float32', 'train']:>18.1f} "
-                    f"{rates['keras float32', 'train']:>8.1f} | "
-                    f"{rates['rnnkit float32', 'infer']:>18.1f} "
-                    f"{rates['keras float32', 'infer']:>8.1f} | "
-                    f"{args.precision} over float32: {speedups}",
-                    flush=True,
-                )
-            path_notes.update(paths.items())
-            print(
-                "  first call (tracing, compilation, one step), training / inference: "
-                + ", ".join(
-                    f"{name} {first_calls[name, 'train']:.2f} / "
-                    f"{first_calls[name, 'infer']:.2f} s"
-                    for name in dict.fromkeys(name for name, _ in first_calls)
-                ),
-                flush=True,
-            )
     for kind, path in sorted(path_notes):
         print(f"rnnkit {kind}: {path}")
     print("ratio: rnnkit sequences/s over the other's (above 1: rnnkit faster)")
