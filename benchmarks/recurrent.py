@@ -404,7 +404,7 @@ def main():
                         f"{args.precision} over float32: {speedups}",
                         flush=True,
                     )
-                path_notes.update(paths.items())
+                path_notes.update((BATCH, kind, path) for kind, path in paths.items())
                 print(
                     "  first call (tracing, compilation, one step), "
                     "training / inference: "
@@ -415,8 +415,12 @@ def main():
                     ),
                     flush=True,
                 )
-    for kind, path in sorted(path_notes):
-        print(f"rnnkit {kind}: {path}")
+    for batch, kind, path in sorted(path_notes):
+        print(
+            f"rnnkit {kind}"
+            + (f", batch {batch}" if len(batches) > 1 else "")
+            + f": {path}"
+        )
     print("ratio: rnnkit sequences/s over the other's (above 1: rnnkit faster)")
 
 

@@ -115,7 +115,7 @@ def test_a_new_measurement_replaces_the_same_slot_and_keeps_the_others():
 
 def test_layers_follow_the_machines_measurement_over_their_default():
     # The defaults (for a large step): the LSTM does not compile, the GRU does.
-    assert not LSTM(8).cell.xla_pays(True) and GRU(8).cell.xla_pays(False)
+    assert not LSTM(8).cell.xla_pays(True, batch=8) and GRU(8).cell.xla_pays(False)
     calibration.record(
         [
             measured(LSTM, "inference", 6, 8, True),

@@ -57,7 +57,17 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         layer.cell, bool(training), sequences.shape[1], sequences.shape[0]
     )
     if measured is None:
-        return layer.cell.xla_pays(
-            bool(training), side_by_side, batch=sequences.shape[0]
-        ), None
+        batch = {"batch": sequences.shape[0]} if _takes_batch(layer.cell) else {}
+        return layer.cell.xla_pays(bool(training), side_by_side, **batch), None
     return measured, None
+
+
+def _takes_batch(cell) -> bool:
+    """Whether the cell's `xla_pays` takes `batch` (a cell of one's own written before
+    it did takes `training` and `side_by_side` only)."""
+    import inspect
+
+    try:
+        return "batch" in inspect.signature(cell.xla_pays).parameters
+    except (TypeError, ValueError):
+        return False

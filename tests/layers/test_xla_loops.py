@@ -123,6 +123,22 @@ def test_in_one_loop_gru_compiles_both_simple_rnn_inference_lstm_small_steps():
 
 
 @TF_ONLY
+def test_a_cell_whose_xla_pays_does_not_take_the_batch_still_decides(monkeypatch):
+    import tensorflow as tf
+
+    from rnnkit.layers import GRUCell
+
+    # As a cell of one's own written before `batch` existed overrides it.
+    monkeypatch.setattr(
+        GRUCell, "xla_pays", lambda self, training, side_by_side=False: False
+    )
+    layer = GRU(4, batch_shards=1)
+    tf.function(lambda inputs: layer(inputs))(checks.random_inputs(1, batch=2))
+    assert layer.execution_path.startswith("generic loop")
+    assert XLA not in layer.execution_path, layer.execution_path
+
+
+@TF_ONLY
 def test_a_batch_of_one_compiles_the_lstm_loop_and_a_large_one_does_not():
     import tensorflow as tf
 
