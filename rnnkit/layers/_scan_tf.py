@@ -72,6 +72,8 @@ def _loops():
 
 
 def _uncompiled_scan(a, b):
+    """`tf.scan` of the step: not `keras.ops.scan` (`rnnkit.layers.scan`'s loop
+    elsewhere), whose TensorFlow form needs the number of steps when traced."""
     import tensorflow as tf
 
     def step(h, coefficients):
