@@ -288,6 +288,14 @@ class Recipe:
     ) -> None:
         """Writes extra PNG figures into `plot_dir` (optional hook)."""
 
+    def prepare(self, config: RecipeConfig, run_dir: Path) -> RecipeConfig:
+        """Runs the stages that come before the main fit (a pre-training run of its
+        own) into `run_dir/stages/NAME`, and returns the config the main fit uses
+        (optional hook; default: nothing to run, `config` itself). `rnnkit run` and
+        `--resume` call it; a stage finished before must be kept, not retrained, and
+        an interrupted one resumed (`rnnkit.training.stages.run_stage`)."""
+        return config
+
     def single_device(self, config: RecipeConfig) -> str | None:
         """Why `config` trains on one device only, or None when it can be mirrored
         (optional hook). With a reason, `train.strategy=auto` keeps one device and

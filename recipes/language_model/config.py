@@ -30,6 +30,12 @@ class LanguageModelDataConfig(DataConfig):
         help="Clean the text as the sentiment classifier does first: HTML tags and "
         "punctuation to spaces, apostrophes dropped (for pre-training on reviews).",
     )
+    reverse: bool = field(
+        False,
+        help="Read the text backwards, last token first: a backward language model "
+        "(for the backward direction of a bidirectional classifier; it does not "
+        "generate text).",
+    )
     text_column: str = field("text", help="Column of a CSV/TSV table with the text.")
     train_split: str = field("train", help="{split} of the training file.")
     validation_split: str = field("valid", help="{split} of the validation file.")

@@ -112,6 +112,9 @@ def load(
     splits = []
     for text in texts:
         split_tokens = tokenize(text, data.level, data.lowercase, data.standardize)
+        if data.reverse:
+            # A backward language model: the running text from its last token on.
+            split_tokens.reverse()
         splits.append(split_tokens[: data.limit] if data.limit else split_tokens)
     tokens = build_vocabulary(splits[0], data.vocabulary_size, data.min_frequency)
     if vocabulary is not None:

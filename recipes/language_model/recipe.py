@@ -273,6 +273,7 @@ class LanguageModelRecipe(Recipe):
     ) -> list[str]:
         from rnnkit_recipes.language_model.decode import generate
 
+        _forward_only(config)
         return [generate(model, prompt, config) for prompt in _prompts(inputs)]
 
     def predict_records(
@@ -287,6 +288,7 @@ class LanguageModelRecipe(Recipe):
         from rnnkit_recipes.language_model.decode import generate
 
         _keras_only(calls)
+        _forward_only(config)
         prompts = [p.strip() for p in texts_of(inputs, "a prompt to continue")]
         return [{"text": generate(model, prompt, config)} for prompt in prompts]
 
@@ -301,6 +303,7 @@ class LanguageModelRecipe(Recipe):
         from rnnkit_recipes.language_model.decode import pieces
 
         _keras_only(calls)
+        _forward_only(config)
         prompts = [p.strip() for p in texts_of(inputs, "a prompt to continue")]
         if len(prompts) != 1:
             raise RnnkitError(f"give one prompt to stream, not {len(prompts)}")
@@ -339,6 +342,16 @@ def _prompts(inputs: Sequence[str]) -> list[str]:
 def _model_options(options: dict, names: tuple[str, ...]) -> dict:
     """The model section's fields that the architecture's constructor takes."""
     return {name: options[name] for name in (*SHARED_MODEL_FIELDS, *names)}
+
+
+def _forward_only(config: LanguageModelConfig) -> None:
+    """A backward model (data.reverse) predicts the token before, not a continuation."""
+    if config.data.reverse:
+        raise RnnkitError(
+            "this language model reads text backwards (data.reverse=true): it scores "
+            "and pre-trains, but does not continue a prompt; sample from a forward "
+            "model"
+        )
 
 
 def _check(config: LanguageModelConfig) -> None:

@@ -116,6 +116,28 @@ class SentimentModelConfig(ModelConfig):
         help="Run directory of a word-level language_model run whose word vectors "
         "(matched by token) and recurrent layers initialise the classifier.",
     )
+    pretrained_backward: str | None = field(
+        None,
+        help="Run directory of a language_model run on reversed text (data.reverse) "
+        "whose recurrent layers initialise the backward directions (with "
+        "model.pretrained and model.bidirectional).",
+    )
+    pretrain: str | None = field(
+        None,
+        help="A language_model config file: rnnkit run first trains that language "
+        "model into RUN_DIR/stages/language_model (resumable) and starts the "
+        "classifier from it, as model.pretrained does.",
+    )
+    pretrain_backward: bool = field(
+        False,
+        help="With model.pretrain: also train it on reversed text (stage "
+        "language_model_backward) for the backward directions.",
+    )
+    pretrain_set: tuple[str, ...] = field(
+        (),
+        help="With model.pretrain: KEY=VALUE settings of the language model's config, "
+        "e.g. train.epochs=2 (its train.seed is the classifier's unless set here).",
+    )
 
 
 @dataclasses.dataclass

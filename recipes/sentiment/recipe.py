@@ -53,6 +53,7 @@ class SentimentRecipe(Recipe):
 
     def check_config(self, config: SentimentConfig) -> None:
         super().check_config(config)
+        _check_pretraining(config)
         try:
             # str.encode, unlike codecs.lookup, also refuses the codecs that are not
             # text encodings (rot13, base64), as reading a file with them does.
@@ -62,6 +63,16 @@ class SentimentRecipe(Recipe):
                 f"data.encoding={config.data.encoding!r} is not a text encoding "
                 "Python knows; use e.g. utf-8 or latin-1"
             ) from None
+
+    def prepare(self, config: SentimentConfig, run_dir: Path) -> SentimentConfig:
+        """With `model.pretrain`, trains the language model(s) as stages of this run
+        first (kept when finished, resumed when interrupted) and returns the config
+        that starts the classifier from them."""
+        if config.model.pretrain is None:
+            return config
+        from rnnkit_recipes.sentiment.pretrain import run_pretraining
+
+        return run_pretraining(config, run_dir)
 
     def load_data(self, config: SentimentConfig) -> SentimentData:
         from rnnkit_recipes.sentiment import data
@@ -96,6 +107,13 @@ class SentimentRecipe(Recipe):
             recurrent_dropout=config.model.recurrent_dropout,
             seed=config.train.seed,
         )
+        if config.model.pretrain is not None:
+            raise ConfigError(
+                "model.pretrain trains a language model as a stage of `rnnkit run "
+                "sentiment`, which this command does not run; train it once (rnnkit "
+                f"run language_model --config {config.model.pretrain}) and set "
+                "model.pretrained=RUN_DIR instead"
+            )
         if config.model.pretrained is not None:
             _initialize_from_language_model(model, config)
         learning_rate = config.train.learning_rate
@@ -253,36 +271,98 @@ def _in_model_order(model: keras.Model, data: SentimentData) -> SentimentData:
     return in_class_order(data, class_names_of(model))
 
 
-def _initialize_from_language_model(
-    model: keras.Model, config: SentimentConfig
-) -> None:
-    """Loads the word vectors and recurrent layers of the `model.pretrained` run."""
-    import logging
+def _check_pretraining(config: SentimentConfig) -> None:
+    """One-line errors for pre-training settings that cannot work together."""
+    model = config.model
+    if model.pretrain is not None:
+        if model.pretrained is not None or model.pretrained_backward is not None:
+            raise ConfigError(
+                "model.pretrain trains the language model this run starts from; "
+                "model.pretrained names one trained before: set one of them"
+            )
+        if config.train.strategy == "multiworker":
+            raise ConfigError(
+                "model.pretrain runs its language model on the chief alone; with "
+                "train.strategy=multiworker train it first and set model.pretrained"
+            )
+    elif model.pretrain_backward or model.pretrain_set:
+        key = "pretrain_backward" if model.pretrain_backward else "pretrain_set"
+        raise ConfigError(
+            f"model.{key} sets up model.pretrain, which is not set; give "
+            "model.pretrain a language_model config file"
+        )
+    if model.pretrained_backward is not None and model.pretrained is None:
+        raise ConfigError(
+            "model.pretrained_backward initialises the backward directions beside "
+            "model.pretrained's forward ones; set model.pretrained too"
+        )
+    backward = model.pretrained_backward is not None or model.pretrain_backward
+    if backward and not model.bidirectional:
+        raise ConfigError(
+            "a backward language model initialises the backward directions of a "
+            "bidirectional classifier; set model.bidirectional=true"
+        )
 
-    from rnnkit.errors import ConfigError
+
+def _language_model_of(key: str, run_dir: Path, reverse: bool) -> Any:
+    """The LanguageModel of the word-level run in `run_dir` (`key` names the setting
+    in errors); `reverse`: whether it must read text backwards."""
     from rnnkit.models.language_model import LanguageModel
-    from rnnkit.models.transfer import initialize_from_language_model, recorded_setting
+    from rnnkit.models.transfer import recorded_setting
     from rnnkit.training import runner
 
-    run_dir = Path(config.model.pretrained)
-    if runner.recipe_of(run_dir / runner.CONFIG_FILE) != "language_model":
+    config_file = run_dir / runner.CONFIG_FILE
+    if runner.recipe_of(config_file) != "language_model":
         raise ConfigError(
-            f"model.pretrained: {run_dir} is not a language_model run directory "
+            f"{key}: {run_dir} is not a language_model run directory "
             "(train one with: rnnkit run language_model --set data.level=word ...)"
         )
     # The language-model recipe's default level, for a config.toml that records none.
-    level = recorded_setting(run_dir / runner.CONFIG_FILE, "data.level", "char")
+    level = recorded_setting(config_file, "data.level", "char")
     if level != "word":
         raise ConfigError(
-            f"model.pretrained: {run_dir} is a {level}-level language model; the "
+            f"{key}: {run_dir} is a {level}-level language model; the "
             "classifier reads words (train it with --set data.level=word)"
+        )
+    if bool(recorded_setting(config_file, "data.reverse", False)) != reverse:
+        raise ConfigError(
+            f"{key}: {run_dir} reads text "
+            + (
+                "forwards; the backward directions need one trained with "
+                "--set data.reverse=true"
+                if reverse
+                else "backwards (data.reverse=true); give it as "
+                "model.pretrained_backward and a forward model as model.pretrained"
+            )
         )
     language_model = runner.load_model(run_dir / runner.MODEL_FILE)
     if not isinstance(language_model, LanguageModel):
-        raise ConfigError(f"model.pretrained: {run_dir} holds no LanguageModel")
+        raise ConfigError(f"{key}: {run_dir} holds no LanguageModel")
+    return language_model
+
+
+def _initialize_from_language_model(
+    model: keras.Model, config: SentimentConfig
+) -> None:
+    """Loads the word vectors and recurrent layers of the `model.pretrained` run (and
+    the backward directions from `model.pretrained_backward`'s)."""
+    import logging
+
+    from rnnkit.models.transfer import initialize_from_language_model
+
+    forward = _language_model_of(
+        "model.pretrained", Path(config.model.pretrained), reverse=False
+    )
+    backward = None
+    if config.model.pretrained_backward is not None:
+        backward = _language_model_of(
+            "model.pretrained_backward",
+            Path(config.model.pretrained_backward),
+            reverse=True,
+        )
     try:
         report = initialize_from_language_model(
-            model, language_model, lowercase=config.data.lowercase
+            model, forward, lowercase=config.data.lowercase, backward=backward
         )
     except ValueError as error:
         raise ConfigError(f"model.pretrained: {error}") from None

@@ -10,9 +10,10 @@
   do, e.g. "film" and "film,"). Classifier tokens without a match keep their
   initialisation;
 - the recurrent layers, in order: layer k of the language model into layer k of the
-  classifier (its forward direction when bidirectional; the backward direction reads
-  the text reversed, which a left-to-right model never learned, so it keeps its
-  initialisation).
+  classifier (its forward direction when bidirectional). The backward direction reads
+  the text reversed, which a left-to-right model never learned: it takes the layers of
+  a `backward` language model (one trained on reversed text, the language-model
+  recipe's `data.reverse`) when one is given, and otherwise keeps its initialisation.
 
 Shapes are checked first: the same `embedding_dim`, cell type and `units`; a mismatch
 is a `ValueError` that names both values. `recorded_setting(config_file, "data.level")`
@@ -48,23 +49,35 @@ class TransferReport:
     matched_tokens: int
     vocabulary_size: int
     layers: int
+    backward_layers: int = 0
 
     def __str__(self) -> str:
         share = self.matched_tokens / max(self.vocabulary_size, 1)
+        backward = (
+            f", {self.backward_layers} backward layer(s) of the backward model"
+            if self.backward_layers
+            else ""
+        )
         return (
             f"{self.matched_tokens} of {self.vocabulary_size} word vectors "
             f"({share:.0%}) and {self.layers} recurrent layer(s) of the language "
-            "model"
+            f"model{backward}"
         )
 
 
 def initialize_from_language_model(
-    classifier: keras.Model, language_model: Any, lowercase: bool = True
+    classifier: keras.Model,
+    language_model: Any,
+    lowercase: bool = True,
+    backward: Any = None,
 ) -> TransferReport:
     """Copies the language model's word vectors and recurrent weights into
     `classifier` (see the module docstring); returns what was copied.
 
     `lowercase` is the classifier's `TextStandardizer` setting (default `True`).
+    `backward`: a language model trained on reversed text, whose recurrent layers go
+    to the backward directions of a bidirectional classifier (the word vectors stay
+    the forward model's).
     """
     import tensorflow as tf
 
@@ -79,16 +92,17 @@ def initialize_from_language_model(
             f"the classifier's {classifier_dim}; set them equal"
         )
     recurrent = _recurrent_layers(classifier)
-    for index, layer in enumerate(recurrent[: language_model.num_layers]):
-        cell = layer.cell
-        source = language_model.recurrent_layers[index].cell
-        if type(cell) is not type(source) or cell.units != source.units:
+    _check_layers(recurrent, language_model, "language model")
+    backward_layers = []
+    if backward is not None:
+        backward_layers = _recurrent_layers(classifier, backward=True)
+        if not backward_layers:
             raise ValueError(
-                f"recurrent layer {index + 1}: the language model has "
-                f"{language_model.cell_type} with {source.units} units, the "
-                f"classifier {type(cell).__name__} with {cell.units}; set the same "
-                "cell type and units"
+                "a backward language model was given, but the classifier reads one "
+                "direction only; set model.bidirectional=true or give no backward "
+                "model"
             )
+        _check_layers(backward_layers, backward, "backward language model")
 
     vocabulary = vectorizer.get_vocabulary()
     position = {token: i for i, token in enumerate(vocabulary)}
@@ -107,11 +121,34 @@ def initialize_from_language_model(
             rows[row] = vectors[lm_index]
             filled[row] = True
     embedding.embeddings.assign(rows)
+    copied = _copy_layers(recurrent, language_model)
+    copied_backward = 0
+    if backward is not None:
+        copied_backward = _copy_layers(backward_layers, backward)
+    return TransferReport(int(filled.sum()), len(vocabulary), copied, copied_backward)
+
+
+def _check_layers(layers: list[Any], language_model: Any, what: str) -> None:
+    """A ValueError naming both sides when a layer's cell type or units differ."""
+    for index, layer in enumerate(layers[: language_model.num_layers]):
+        cell = layer.cell
+        source = language_model.recurrent_layers[index].cell
+        if type(cell) is not type(source) or cell.units != source.units:
+            raise ValueError(
+                f"recurrent layer {index + 1}: the {what} has "
+                f"{language_model.cell_type} with {source.units} units, the "
+                f"classifier {type(cell).__name__} with {cell.units}; set the same "
+                "cell type and units"
+            )
+
+
+def _copy_layers(layers: list[Any], language_model: Any) -> int:
+    """Layer k of `language_model` into `layers[k]`; returns how many were copied."""
     copied = 0
-    for index, layer in enumerate(recurrent[: language_model.num_layers]):
+    for index, layer in enumerate(layers[: language_model.num_layers]):
         layer.set_weights(language_model.recurrent_layers[index].get_weights())
         copied += 1
-    return TransferReport(int(filled.sum()), len(vocabulary), copied)
+    return copied
 
 
 def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> Any:
@@ -131,13 +168,14 @@ def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> 
     return table
 
 
-def _recurrent_layers(classifier: keras.Model) -> list[Any]:
-    """The classifier's recurrent layers in order (forward directions)."""
+def _recurrent_layers(classifier: keras.Model, backward: bool = False) -> list[Any]:
+    """The classifier's recurrent layers in order: their forward directions, or with
+    `backward` the backward directions of its bidirectional layers."""
     layers = []
     for layer in classifier.layers:
         if isinstance(layer, keras.layers.Bidirectional):
-            layers.append(layer.forward_layer)
-        elif isinstance(layer, keras.layers.RNN):
+            layers.append(layer.backward_layer if backward else layer.forward_layer)
+        elif isinstance(layer, keras.layers.RNN) and not backward:
             layers.append(layer)
     return layers
 

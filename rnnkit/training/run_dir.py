@@ -9,6 +9,8 @@
     backup/         BackupAndRestore state while training runs (removed when it ends)
     run.json        written last: the "completed" marker (recipe, seed, device, timings,
                     versions)
+    stages/NAME/    a run directory of its own per stage before the main fit (a
+                    pre-training run, `Recipe.prepare`; rnnkit.training.stages)
 
 Every file is written under a temporary name in the same folder and renamed into place
 (rnnkit.files), so an interrupted run never leaves a half-written file under a final
@@ -47,6 +49,8 @@ METRICS_FILE = "metrics.json"
 HISTORY_FILE = "history.csv"
 RUN_FILE = "run.json"
 BACKUP_DIR = "backup"
+# The runs of a recipe's stages before its main fit (`Recipe.prepare`), one folder each.
+STAGES_DIR = "stages"
 PLOT_DIR = "plots"
 TENSORBOARD_DIR = "tensorboard"
 CLAIM_FILE = ".claimed"
@@ -214,10 +218,12 @@ def open_run_dir(
 
 def trained_anything(run_dir: Path) -> bool:
     """Whether the run in `run_dir` finished an epoch (its history, its backup or its
-    model is there): before that, the folder holds nothing a user would keep."""
+    model is there), or one of its stages did (`Recipe.prepare`): before that, the
+    folder holds nothing a user would keep."""
+    stages = run_dir / STAGES_DIR
     return any(
         (run_dir / name).exists() for name in (HISTORY_FILE, BACKUP_DIR, MODEL_FILE)
-    )
+    ) or (stages.is_dir() and any(trained_anything(s) for s in stages.iterdir()))
 
 
 def discard_unstarted(run_dir: Path, created: bool) -> bool:

@@ -255,6 +255,11 @@ def _train_and_write(
     """Everything `run` does once the run directory is claimed (None: not the chief,
     which writes nothing)."""
     chief = run_dir is not None
+    if chief:
+        # Before the runtime is set up for the main fit: a stage (a run of its own)
+        # sets seeds and the dtype policy for itself, and a resumed run that skips
+        # a finished stage must start the main fit from the same state.
+        config = recipe.prepare(config, run_dir)
     automatic_strategy = configure_runtime(config.train, one_device=one_device)
     strategy = strategy or automatic_strategy
     device = device_summary(strategy)

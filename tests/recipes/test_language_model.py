@@ -25,6 +25,7 @@ from rnnkit_recipes.language_model.recipe import (
 
 from rnnkit import config as config_lib
 from rnnkit.data.token_stream import stream_batches
+from rnnkit.errors import RnnkitError
 from rnnkit.training import runner
 from tests import preloaded
 from tests.cli_support import error_line, invoke
@@ -248,6 +249,31 @@ def test_standardize_reads_reviews_as_the_sentiment_classifier_does(tmp_path):
     first = lm_data.shuffled(reviews, config.data.split_seed)[0]
     opening = lm_data.tokenize(first, "word", lowercase=True, standardize=True)
     assert list(np.array(loaded.tokens)[loaded.train_ids[:5]]) == opening[:5]
+
+
+def test_reverse_reads_each_split_backwards(tmp_path):
+    """`data.reverse` (a backward language model): the same splits, the same
+    vocabulary, each split's running text from its last token to its first; such a
+    model does not continue prompts (a one-line error, not a text made backwards)."""
+    from tests.sentiment_support import write_imdb_csv
+
+    path = write_imdb_csv(tmp_path / "reviews.csv", "train", 20)
+    recipe = LanguageModelRecipe()
+    settings = {"data.standardize": True, "train.batch_size": 2, "train.bptt": 8}
+    forward = recipe.load_data(word_config(path, **settings))
+    backward = recipe.load_data(word_config(path, **settings, **{"data.reverse": True}))
+    # The same vocabulary (tokens of equal counts may be numbered otherwise: ties go
+    # to the token seen first).
+    assert sorted(backward.tokens) == sorted(forward.tokens)
+    for name in ("train_ids", "validation_ids", "test_ids"):
+        ours = np.array(backward.tokens)[getattr(backward, name)]
+        theirs = np.array(forward.tokens)[getattr(forward, name)]
+        assert len(ours) > 100
+        np.testing.assert_array_equal(ours, theirs[::-1])
+    config = word_config(path, **{"data.reverse": True})
+    for call in (recipe.predict, recipe.predict_records):
+        with pytest.raises(RnnkitError, match="reads text backwards"):
+            call(None, ["the film"], config)
 
 
 @pytest.fixture(scope="module")

@@ -169,3 +169,222 @@ def test_a_character_model_or_another_run_is_refused(reviews, tmp_path):
         config = sentiment_config(reviews, **{"model.pretrained": str(run_dir)})
         with pytest.raises(config_lib.ConfigError, match=message):
             recipe.build_model(config, recipe.load_data(config))
+
+
+@pytest.fixture(scope="module")
+def backward_language_model_run(reviews, tmp_path_factory):
+    """The same language model on the reviews read backwards (data.reverse)."""
+    return train_language_model(
+        tmp_path_factory.mktemp("lm_backward") / "run",
+        reviews[0],
+        "--set",
+        "data.reverse=true",
+    )
+
+
+def test_backward_directions_take_the_backward_language_model(
+    reviews, language_model_run, backward_language_model_run
+):
+    config = sentiment_config(
+        reviews,
+        **{
+            "model.pretrained": str(language_model_run),
+            "model.pretrained_backward": str(backward_language_model_run),
+        },
+    )
+    recipe = SentimentRecipe()
+    classifier = recipe.build_model(config, recipe.load_data(config))
+    layer = classifier.get_layer("bidirectional_1")
+    for direction, run_dir in (
+        (layer.forward_layer, language_model_run),
+        (layer.backward_layer, backward_language_model_run),
+    ):
+        source = runner.load_model(run_dir / "model.keras").recurrent_layers[0]
+        weights = source.get_weights()
+        assert len(weights) == len(direction.get_weights()) == 3
+        for ours, theirs in zip(direction.get_weights(), weights, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+    # The two language models learned different weights: the check above can fail.
+    forward_kernel = layer.forward_layer.get_weights()[0]
+    assert not np.allclose(forward_kernel, layer.backward_layer.get_weights()[0])
+
+
+def test_a_language_model_in_the_wrong_direction_is_refused(
+    reviews, language_model_run, backward_language_model_run
+):
+    recipe = SentimentRecipe()
+    for values, message in (
+        ({"model.pretrained": str(backward_language_model_run)}, "reads text backw"),
+        (
+            {
+                "model.pretrained": str(language_model_run),
+                "model.pretrained_backward": str(language_model_run),
+            },
+            "reads text forwards; the backward directions need",
+        ),
+    ):
+        config = sentiment_config(reviews, **values)
+        with pytest.raises(config_lib.ConfigError, match=message):
+            recipe.build_model(config, recipe.load_data(config))
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"model.pretrain_backward": True}, "model.pretrain_backward sets up"),
+        ({"model.pretrain_set": ("train.epochs=2",)}, "model.pretrain_set sets up"),
+        (
+            {"model.pretrain": "lm.toml", "model.pretrained": "runs/lm"},
+            "set one of them",
+        ),
+        ({"model.pretrained_backward": "runs/lm"}, "set model.pretrained too"),
+        (
+            {
+                "model.pretrain": "lm.toml",
+                "model.pretrain_backward": True,
+                "model.bidirectional": False,
+            },
+            "set model.bidirectional=true",
+        ),
+        (
+            {"model.pretrain": "lm.toml", "train.strategy": "multiworker"},
+            "train it first and set model.pretrained",
+        ),
+    ],
+)
+def test_pretraining_settings_that_cannot_work_together(reviews, values, message):
+    config = sentiment_config(reviews, **values)
+    with pytest.raises(config_lib.ConfigError, match=message):
+        SentimentRecipe().check_config(config)
+
+
+def write_language_model_config(path, train_csv, **values):
+    """A language_model config file for model.pretrain: the tiny word-level GRU of
+    `train_language_model`."""
+    from rnnkit_recipes.language_model.recipe import LanguageModelConfig
+
+    settings = {
+        "data.path": str(train_csv), "data.level": "word", "data.min_frequency": 2,
+        "data.limit": 10000, "model.cell_type": "gru", "model.units": 16,
+        "model.embedding_dim": 32, "train.epochs": 1, "train.batch_size": 8,
+        "train.bptt": 16, "evaluation.batch_size": 2, **values,
+    }  # fmt: skip
+    config = config_lib.resolve(LanguageModelConfig, None, settings)
+    path.write_text(config_lib.to_toml(config, runner.config_header("language_model")))
+    return path
+
+
+def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp_path):
+    recipe = SentimentRecipe()
+    char_file = write_language_model_config(
+        tmp_path / "char.toml", reviews[0], **{"data.level": "char"}
+    )
+    word_file = write_language_model_config(tmp_path / "word.toml", reviews[0])
+    for values, message in (
+        ({"model.pretrain": str(tmp_path / "none.toml")}, "model.pretrain: no file"),
+        ({"model.pretrain": str(char_file)}, "char-level language model"),
+        (
+            {"model.pretrain": str(word_file), "model.pretrain_set": ("x.y=1",)},
+            "model.pretrain_set: unknown config key 'x.y'",
+        ),
+    ):
+        config = sentiment_config(reviews, **values)
+        with pytest.raises(config_lib.ConfigError, match=message):
+            recipe.prepare(config, tmp_path / "run")
+        assert not (tmp_path / "run").exists()
+    # Tuning and other commands that build the model without running the stage.
+    config = sentiment_config(reviews, **{"model.pretrain": str(word_file)})
+    with pytest.raises(config_lib.ConfigError, match="train it once"):
+        recipe.build_model(config, recipe.load_data(config))
+
+
+@pytest.mark.slow
+def test_one_command_pretrains_both_directions_and_resumes_every_stage(
+    reviews, tmp_path
+):
+    """`model.pretrain`: one `rnnkit run sentiment` trains the forward and backward
+    language models as stages of its run directory, then the classifier from them;
+    `--resume` keeps a finished stage, continues an interrupted one, then the rest."""
+    import shutil
+
+    from rnnkit_recipes.sentiment.pretrain import language_model_config
+
+    from rnnkit.training.stages import run_stage
+
+    train, test = reviews
+    lm_file = write_language_model_config(tmp_path / "lm.toml", train)
+    run_dir = tmp_path / "run"
+    arguments = [
+        "--config", str(SMOKE_CONFIG), "--set", f"data.path={train}",
+        "--set", f"data.test_path={test}", "--set", "data.limit=0",
+        "--set", "train.epochs=1", "--set", f"model.pretrain={lm_file}",
+        "--set", "model.pretrain_backward=true",
+        "--set", "model.pretrain_set=train.bptt=12",
+    ]  # fmt: skip
+    result = invoke("run", "sentiment", "--run-dir", str(run_dir), *arguments)
+    assert result.exit_code == 0, result.output[-3000:]
+    assert "1 backward layer(s) of the backward model" in result.output
+    stages = run_dir / "stages"
+    for name, reverse in (("language_model", False), ("language_model_backward", True)):
+        recorded = config_lib.read_toml(stages / name / "config.toml")
+        assert recorded["data"]["reverse"] is reverse
+        assert recorded["train"]["bptt"] == 12 and recorded["train"]["seed"] == 1337
+        assert (stages / name / "run.json").is_file()
+        assert (stages / name / "model.keras").is_file()
+    recorded = config_lib.read_toml(run_dir / "config.toml")
+    assert recorded["model"]["pretrain"] == str(lm_file)
+    assert (run_dir / "run.json").is_file()
+
+    # An interruption during the backward stage: the forward stage finished, the
+    # backward one has its config and nothing more, the classifier nothing.
+    interrupted = tmp_path / "interrupted"
+    (interrupted / "stages").mkdir(parents=True)
+    shutil.copytree(stages / "language_model", interrupted / "stages/language_model")
+    (interrupted / "stages/language_model_backward").mkdir()
+    shutil.copy(
+        stages / "language_model_backward/config.toml",
+        interrupted / "stages/language_model_backward/config.toml",
+    )
+    shutil.copy(run_dir / "config.toml", interrupted / "config.toml")
+    finished = (interrupted / "stages/language_model/run.json").stat().st_mtime_ns
+    result = invoke("run", "sentiment", "--resume", str(interrupted))
+    assert result.exit_code == 0, result.output[-3000:]
+    assert "stage language_model: finished before, kept" in result.output
+    assert "stage language_model_backward: resuming the language_model run" in (
+        result.output
+    )
+    assert (interrupted / "stages/language_model/run.json").stat().st_mtime_ns == (
+        finished
+    )
+    assert (interrupted / "stages/language_model_backward/run.json").is_file()
+    assert (interrupted / "run.json").is_file()
+
+    # A stage is never continued with other settings than it started with.
+    config = sentiment_config(reviews, **{"model.pretrain": str(lm_file)})
+    recipe, stage_config = language_model_config(config)
+    with pytest.raises(config_lib.ConfigError, match=r"other settings \(train.bptt\)"):
+        run_stage(recipe, stage_config, run_dir, "language_model")
+
+
+def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(monkeypatch):
+    """configs/imdb_pretrained.toml is what benchmarks/sentiment_pretraining.py
+    measured as `discriminative` (the README's figure): imdb.toml, the language model
+    of the benchmark's --lm-config, its layer-wise rates."""
+    import importlib
+    import sys
+
+    from tests.sentiment_support import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    benchmark = importlib.import_module("sentiment_pretraining")
+    monkeypatch.delitem(sys.modules, "sentiment_pretraining")
+    configs = ROOT / "recipes" / "sentiment" / "configs"
+    shipped = config_lib.load_toml(SentimentConfig, configs / "imdb_pretrained.toml")
+    variant = dict(benchmark.VARIANTS["discriminative"])
+    assert variant.pop("pretrained") is True
+    lm_config = "recipes/language_model/configs/imdb_reviews.toml"
+    assert (ROOT / lm_config).is_file()
+    expected = config_lib.resolve(
+        SentimentConfig, configs / "imdb.toml", {**variant, "model.pretrain": lm_config}
+    )
+    assert shipped == expected
