@@ -3,6 +3,8 @@
 `NoamSchedule` is the learning rate of the Transformer paper (Vaswani et al. 2017,
 section 5.3): a linear warm-up, then a decay with the inverse square root of the step;
 `configured_learning_rate` picks it or a constant from a recipe's config.
+`SlantedTriangular` is ULMFiT's (Howard & Ruder 2018): a short linear rise, then a
+long linear decay.
 
 Optimizers for fine-tuning: Adam with a learning rate per layer.
 
@@ -182,6 +184,83 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "model_dim": self.model_dim,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
+        }
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
+class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
+    """ULMFiT's slanted triangular learning rate (Howard & Ruder 2018, eq. 3).
+
+        cut = floor(T * cut_fraction)
+        p   = t / cut                                      if t < cut
+              1 - (t - cut) / (cut * (1 / cut_fraction - 1))  otherwise
+        lr  = peak * (1 + p * (ratio - 1)) / ratio
+
+    A short linear rise from `peak / ratio` to `peak` over the first `cut_fraction`
+    of the `total_steps` (T) updates, then a long linear decay back to `peak / ratio`
+    at the end (and no lower after it). Steps count from 0: the optimizer's first
+    update is t = 0.
+
+    Args:
+        peak: the highest learning rate (eta_max).
+        total_steps: T, the number of updates of the whole training.
+        cut_fraction: the share of the steps that rise. Defaults to 0.1 (the paper's).
+        ratio: how much smaller the lowest rate is than the peak. Defaults to 32.
+
+    Example:
+    >>> schedule = SlantedTriangular(0.01, total_steps=1000)
+    >>> round(float(schedule(100)), 6)  # the peak, after the first 10 % of the steps
+    0.01
+    >>> round(float(schedule(0)) * 32, 6), round(float(schedule(1000)) * 32, 6)
+    (0.01, 0.01)
+
+    Reference:
+        Howard & Ruder (2018), Universal Language Model Fine-tuning for Text
+        Classification, section 3.2.
+    """
+
+    def __init__(
+        self,
+        peak: float,
+        total_steps: int,
+        cut_fraction: float = 0.1,
+        ratio: float = 32.0,
+    ):
+        if not isinstance(total_steps, int) or isinstance(total_steps, bool):
+            raise ValueError(
+                "Argument `total_steps` must be a positive integer, received "
+                f"total_steps={total_steps!r}."
+            )
+        for name, value, valid in (
+            ("peak", peak, peak > 0),
+            ("total_steps", total_steps, total_steps >= 1),
+            ("cut_fraction", cut_fraction, 0 < cut_fraction < 1),
+            ("ratio", ratio, ratio >= 1),
+        ):
+            if not valid:
+                raise ValueError(
+                    f"Argument `{name}` is out of range (peak > 0, total_steps >= 1, "
+                    f"0 < cut_fraction < 1, ratio >= 1), received {name}={value!r}."
+                )
+        self.peak = float(peak)
+        self.total_steps = total_steps
+        self.cut_fraction = float(cut_fraction)
+        self.ratio = float(ratio)
+
+    def __call__(self, step):
+        t = ops.cast(step, "float32")
+        cut = float(max(1, math.floor(self.total_steps * self.cut_fraction)))
+        rising = t / cut
+        falling = 1.0 - (t - cut) / (cut * (1.0 / self.cut_fraction - 1.0))
+        p = ops.maximum(ops.where(t < cut, rising, falling), 0.0)
+        return self.peak * (1.0 + p * (self.ratio - 1.0)) / self.ratio
+
+    def get_config(self) -> dict:
+        return {
+            "peak": self.peak,
+            "total_steps": self.total_steps,
+            "cut_fraction": self.cut_fraction,
+            "ratio": self.ratio,
         }
 
 

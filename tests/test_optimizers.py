@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
 import numpy as np
 import pytest
 
-from rnnkit.optimizers import LayerwiseAdam, NoamSchedule
+from rnnkit.optimizers import LayerwiseAdam, NoamSchedule, SlantedTriangular
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
 
@@ -199,3 +201,52 @@ def test_noam_schedule_round_trips_through_keras_serialization():
     assert float(restored.learning_rate) == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="warmup_steps"):
         NoamSchedule(128, 0)
+
+
+def slanted_triangular_reference(t, total, cut_fraction, ratio, peak):
+    """Howard & Ruder (2018), eq. 3, in plain Python (floored at the lowest rate)."""
+    cut = math.floor(total * cut_fraction)
+    if t < cut:
+        p = t / cut
+    else:
+        p = 1 - (t - cut) / (cut * (1 / cut_fraction - 1))
+    return peak * (1 + max(p, 0.0) * (ratio - 1)) / ratio
+
+
+@pytest.mark.parametrize(
+    "total, cut_fraction, ratio", [(1000, 0.1, 32.0), (1234, 0.2, 10.0), (57, 0.1, 32)]
+)
+def test_slanted_triangular_follows_the_papers_formula(total, cut_fraction, ratio):
+    schedule = SlantedTriangular(3e-3, total, cut_fraction=cut_fraction, ratio=ratio)
+    steps = np.arange(total + 20)
+    rates = keras.ops.convert_to_numpy(schedule(steps))
+    expected = [
+        slanted_triangular_reference(t, total, cut_fraction, ratio, 3e-3) for t in steps
+    ]
+    np.testing.assert_allclose(rates, expected, rtol=1e-5)
+    cut = math.floor(total * cut_fraction)
+    assert int(np.argmax(rates)) == cut
+    assert rates[cut] == pytest.approx(3e-3, rel=1e-6)
+    assert rates[0] == pytest.approx(3e-3 / ratio, rel=1e-6)
+    assert rates[-1] == pytest.approx(3e-3 / ratio, rel=1e-6)  # no lower after T
+
+
+def test_slanted_triangular_round_trips_and_refuses_bad_arguments():
+    optimizer = keras.optimizers.Adam(SlantedTriangular(1e-2, 200, 0.25, 16.0))
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    schedule = keras.optimizers.serialize(restored)["config"]["learning_rate"]
+    assert schedule["class_name"] == "SlantedTriangular"
+    assert schedule["config"] == {
+        "peak": 1e-2, "total_steps": 200, "cut_fraction": 0.25, "ratio": 16.0
+    }  # fmt: skip
+    assert float(restored.learning_rate) == pytest.approx(1e-2 / 16, rel=1e-6)
+    for kwargs, name in (
+        ({"total_steps": 0}, "total_steps"),
+        ({"total_steps": 10.0}, "total_steps"),
+        ({"cut_fraction": 1.0}, "cut_fraction"),
+        ({"ratio": 0.5}, "ratio"),
+        ({"peak": 0.0}, "peak"),
+    ):
+        arguments = {"peak": 1e-3, "total_steps": 100, **kwargs}
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            SlantedTriangular(**arguments)

@@ -92,9 +92,10 @@ class SentimentModelConfig(ModelConfig):
         "mean_max",
         help=(
             "Summary of the text: the last state, or the mean, the maximum or both"
-            " of the outputs over time."
+            " of the outputs over time, or concat: the last state, the maximum and"
+            " the mean (ULMFiT's concat pooling)."
         ),
-        choices=("last", "mean", "max", "mean_max"),
+        choices=("last", "mean", "max", "mean_max", "concat"),
     )
     embedding_dropout: float = field(
         0.3, help="Spatial dropout rate on the word vectors.", at_least=0.0, below=1.0
@@ -144,9 +145,11 @@ class SentimentModelConfig(ModelConfig):
 class SentimentTrainConfig(TrainConfig):
     schedule: str = field(
         "cosine",
-        help="Learning rate over training: constant, or cosine decay from "
-        "train.learning_rate to 0 at the end of train.epochs.",
-        choices=("constant", "cosine"),
+        help="Learning rate over training: constant; cosine decay from "
+        "train.learning_rate to 0 at the end of train.epochs; or slanted_triangular "
+        "(ULMFiT): up from train.learning_rate / 32 to it over the first 10% of the "
+        "steps, then back down by the end of train.epochs.",
+        choices=("constant", "cosine", "slanted_triangular"),
     )
     discriminative_lr: float = field(
         1.0,

@@ -117,13 +117,17 @@ class SentimentRecipe(Recipe):
         if config.model.pretrained is not None:
             _initialize_from_language_model(model, config)
         learning_rate = config.train.learning_rate
+        steps = max(1, int(data.train.cardinality()) * config.train.epochs)
         if config.train.schedule == "cosine":
             import keras
 
-            steps = int(data.train.cardinality()) * config.train.epochs
             learning_rate = keras.optimizers.schedules.CosineDecay(
-                learning_rate, decay_steps=max(1, steps)
+                learning_rate, decay_steps=steps
             )
+        elif config.train.schedule == "slanted_triangular":
+            from rnnkit.optimizers import SlantedTriangular
+
+            learning_rate = SlantedTriangular(learning_rate, total_steps=steps)
         factors = None
         if config.train.discriminative_lr != 1.0 or config.train.gradual_unfreezing:
             # LayerwiseAdam also counts Adam's steps per variable, which layers that

@@ -28,7 +28,7 @@ from keras import ops
 from rnnkit.models._recurrent import recurrent_layer_class
 from rnnkit.models.text_standardizer import TextStandardizer
 
-POOLING = ("last", "mean", "max", "mean_max")
+POOLING = ("last", "mean", "max", "mean_max", "concat")
 KEEP = ("first", "last")
 
 
@@ -251,8 +251,11 @@ def build_sequence_classifier(
         bidirectional: wrap each recurrent layer in `keras.layers.Bidirectional`.
         pooling: `"last"` reads the final state(s); `"mean"` averages the last
             layer's outputs over the unmasked time steps, `"max"` takes their
-            maximum per feature, and `"mean_max"` concatenates both ("concat
-            pooling", Howard & Ruder 2018).
+            maximum per feature, `"mean_max"` concatenates both, and `"concat"` the
+            final state(s), the maximum and the mean (ULMFiT's "concat pooling",
+            Howard & Ruder 2018: [h_T, maxpool(H), meanpool(H)]; h_T is the state
+            after the last unmasked step, each direction's own when
+            bidirectional).
         embedding_dropout: `SpatialDropout1D` rate on the word vectors (drops whole
             embedding channels).
         dropout: dropout rate on the recurrent inputs and before the output layer.
@@ -287,31 +290,53 @@ def build_sequence_classifier(
     )(token_ids)  # (batch, width, embedding_dim)
     if embedding_dropout:
         hidden = keras.layers.SpatialDropout1D(embedding_dropout, seed=seed)(hidden)
+    final_state = None
     for index in range(num_layers):
         is_last = index == num_layers - 1
+        keep_state = is_last and pooling == "concat"
         layer = recurrent_class(
             units,
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             return_sequences=not is_last or pooling != "last",
+            return_state=keep_state,
             seed=None if seed is None else seed + index,
             name=f"{cell_type}_{index + 1}",
         )
         if bidirectional:
             layer = keras.layers.Bidirectional(layer, name=f"bidirectional_{index + 1}")
         hidden = layer(hidden)  # (batch, [width,] units * directions)
+        if keep_state:
+            # [outputs, *forward states, *backward states]: h is each direction's
+            # first state (an LSTM's c follows it).
+            hidden, *states = hidden
+            if bidirectional:
+                final_state = keras.layers.Concatenate(name="final_states")(
+                    [states[0], states[len(states) // 2]]
+                )  # (batch, 2 * units)
+            else:
+                final_state = states[0]  # (batch, units)
     if pooling != "last":
-        summaries = []
-        if pooling in ("mean", "mean_max"):
-            summaries.append(
-                keras.layers.GlobalAveragePooling1D(name="mean_over_time")(hidden)
-            )
-        if pooling in ("max", "mean_max"):
-            summaries.append(MaskedGlobalMaxPooling1D(name="max_over_time")(hidden))
+        summary = {
+            "mean": lambda: keras.layers.GlobalAveragePooling1D(name="mean_over_time")(
+                hidden
+            ),
+            "max": lambda: MaskedGlobalMaxPooling1D(name="max_over_time")(hidden),
+            "final": lambda: final_state,
+        }
+        parts = {
+            "mean": ("mean",),
+            "max": ("max",),
+            "mean_max": ("mean", "max"),
+            "concat": ("final", "max", "mean"),
+        }[pooling]
+        summaries = [summary[part]() for part in parts]
         hidden = (
             summaries[0]
             if len(summaries) == 1
-            else keras.layers.Concatenate(name="mean_and_max")(summaries)
+            else keras.layers.Concatenate(
+                name="mean_and_max" if pooling == "mean_max" else "concat_pooling"
+            )(summaries)
         )  # (batch, units * directions * len(summaries))
     hidden = keras.layers.Dropout(dropout, seed=seed, name="head_dropout")(hidden)
     probabilities = ClassificationHead(

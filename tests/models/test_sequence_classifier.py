@@ -74,13 +74,63 @@ def test_masked_max_pooling_matches_numpy_and_skips_padding():
     )
 
 
-@pytest.mark.parametrize("pooling", ["last", "mean", "max", "mean_max"])
+@pytest.mark.parametrize("pooling", ["last", "mean", "max", "mean_max", "concat"])
 def test_texts_without_known_tokens_give_finite_probabilities(vectorizer, pooling):
     model = sc.build_sequence_classifier(
         vectorizer, ["negative", "positive"], units=4, embedding_dim=4, pooling=pooling
     )
     probabilities = sc.class_probabilities(model, [",", "", "zzzqqq"], verbose=0)
     assert np.isfinite(probabilities).all()
+
+
+@pytest.mark.parametrize(
+    ("cell_type", "bidirectional"), [("gru", True), ("lstm", True), ("lstm", False)]
+)
+def test_concat_pooling_is_the_final_state_the_max_and_the_mean(
+    vectorizer, reviews, cell_type, bidirectional
+):
+    """ULMFiT's concat pooling, [h_T, maxpool(H), meanpool(H)], checked in numpy
+    against the recurrent layer's own outputs H over the real (unmasked) steps of
+    texts of different lengths: h_T is the forward output at the last real step and
+    the backward output at the first."""
+    model = sc.build_sequence_classifier(
+        vectorizer,
+        ["negative", "positive"],
+        cell_type=cell_type,
+        units=5,
+        embedding_dim=6,
+        sequence_length=40,
+        bidirectional=bidirectional,
+        pooling="concat",
+        seed=3,
+    )
+    name = "bidirectional_1" if bidirectional else f"{cell_type}_1"
+    recurrent = model.get_layer(name)
+    probe = keras.Model(
+        model.input,
+        [
+            model.get_layer("truncate").output,
+            recurrent.output[0],
+            model.get_layer("concat_pooling").output,
+        ],
+    )
+    texts = [str(text) for text in reviews[0][:3]] + ["a fine film", "dull"]
+    token_ids, outputs, pooled = (
+        keras.ops.convert_to_numpy(x) for x in probe(tf.constant(texts))
+    )
+    units = 5
+    for row in range(len(texts)):
+        length = int((token_ids[row] != 0).sum())
+        assert 0 < length <= 40
+        real = outputs[row, :length]
+        final = real[-1, :units]
+        if bidirectional:
+            final = np.concatenate([final, real[0, units:]])
+        expected = np.concatenate([final, real.max(axis=0), real.mean(axis=0)])
+        np.testing.assert_allclose(pooled[row], expected, rtol=1e-5, atol=1e-6)
+    # Truncated reviews and short texts: padding was skipped, not pooled.
+    lengths = [int((ids != 0).sum()) for ids in token_ids]
+    assert max(lengths) == 40 and min(lengths) <= 3
 
 
 @pytest.mark.parametrize(
@@ -191,7 +241,10 @@ def test_training_reduces_the_loss_and_learns_the_reviews(vectorizer, reviews):
     assert history.history["accuracy"][-1] > 0.8
 
 
-def test_save_and_reload_in_safe_mode_in_a_fresh_process(vectorizer, reviews, tmp_path):
+@pytest.mark.parametrize("pooling", ["mean_max", "concat"])
+def test_save_and_reload_in_safe_mode_in_a_fresh_process(
+    vectorizer, reviews, tmp_path, pooling
+):
     model = sc.build_sequence_classifier(
         vectorizer,
         ["negative", "positive"],
@@ -199,7 +252,7 @@ def test_save_and_reload_in_safe_mode_in_a_fresh_process(vectorizer, reviews, tm
         embedding_dim=8,
         keep="last",
         sequence_length=50,
-        pooling="mean_max",
+        pooling=pooling,
         seed=2,
     )
     path = tmp_path / "classifier.keras"

@@ -388,3 +388,27 @@ def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(monkeypa
         SentimentConfig, configs / "imdb.toml", {**variant, "model.pretrain": lm_config}
     )
     assert shipped == expected
+
+
+def test_ulmfit_schedule_and_concat_pooling_from_the_config(reviews):
+    """train.schedule=slanted_triangular gives the optimizer ULMFiT's schedule over
+    every step of the run; model.pooling=concat gives the classifier concat pooling."""
+    from rnnkit.optimizers import SlantedTriangular
+
+    recipe = SentimentRecipe()
+    config = sentiment_config(
+        reviews,
+        **{"train.schedule": "slanted_triangular", "model.pooling": "concat"},
+    )
+    data = recipe.load_data(config)
+    model = recipe.build_model(config, data)
+    import keras
+
+    schedule = keras.optimizers.serialize(model.optimizer)["config"]["learning_rate"]
+    assert schedule["class_name"] == SlantedTriangular.__name__
+    steps = int(data.train.cardinality()) * config.train.epochs
+    assert schedule["config"]["total_steps"] == steps
+    assert schedule["config"]["peak"] == config.train.learning_rate
+    pooled = model.get_layer("concat_pooling").output
+    # Final states, maximum and mean of a bidirectional GRU of 16 units.
+    assert pooled.shape[-1] == 3 * 2 * 16
