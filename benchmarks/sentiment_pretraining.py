@@ -21,7 +21,17 @@ Variants: `scratch` (the recipe as it is), `scratch_layerwise` (the control: not
 initialised, with the learning rates of `discriminative`), `pretrained` (initialised,
 trained as scratch), `discriminative` (initialised, learning rate divided by 2.6 per
 layer group going down from 1e-3 x 2.6^2 at the output, so the word vectors keep 1e-3),
-`ulmfit` (initialised, discriminative and gradual unfreezing).
+`ulmfit` (initialised, discriminative and gradual unfreezing); and each of ULMFiT's
+other parts added to `discriminative` alone, then together: `backward` (the backward
+directions from a language model of the reversed text, trained here too unless
+`--lm-backward-run` names one), `slanted` (the slanted triangular learning rate instead
+of cosine decay), `concat` (concat pooling: final states, maximum and mean), and
+`backward_slanted_concat`. Compare them on the validation column (val_accuracy):
+that is what a configuration is chosen on; the test columns are reported, not chosen
+from.
+
+    python benchmarks/sentiment_pretraining.py --variants discriminative,backward,\
+slanted,concat,backward_slanted_concat                     # the ablation
 """
 
 from __future__ import annotations
@@ -44,12 +54,24 @@ ROOT = Path(__file__).resolve().parents[1]
 # 1e-3 x 2.6^2: with 1e-3 at the top instead, the word vectors crawled at 1.5e-4 and
 # the classifier ended at 0.8302 (0.7173 with gradual unfreezing), below scratch.
 LAYERWISE = {"train.discriminative_lr": 2.6, "train.learning_rate": 1e-3 * 2.6**2}
+DISCRIMINATIVE = {"pretrained": True, **LAYERWISE}
 VARIANTS = {
     "scratch": {},
     "scratch_layerwise": dict(LAYERWISE),
     "pretrained": {"pretrained": True},
-    "discriminative": {"pretrained": True, **LAYERWISE},
-    "ulmfit": {"pretrained": True, **LAYERWISE, "train.gradual_unfreezing": True},
+    "discriminative": DISCRIMINATIVE,
+    "ulmfit": {**DISCRIMINATIVE, "train.gradual_unfreezing": True},
+    # Each of these adds one thing to `discriminative` (an ablation on validation):
+    "backward": {**DISCRIMINATIVE, "backward": True},
+    "slanted": {**DISCRIMINATIVE, "train.schedule": "slanted_triangular"},
+    "concat": {**DISCRIMINATIVE, "model.pooling": "concat"},
+    # and all three together.
+    "backward_slanted_concat": {
+        **DISCRIMINATIVE,
+        "backward": True,
+        "train.schedule": "slanted_triangular",
+        "model.pooling": "concat",
+    },
 }
 
 
@@ -65,6 +87,11 @@ def main() -> None:
         default=str(ROOT / "recipes/language_model/configs/imdb_reviews.toml"),
     )
     parser.add_argument("--lm-run", help="Reuse this language_model run directory.")
+    parser.add_argument(
+        "--lm-backward-run",
+        help="Reuse this backward (data.reverse) language_model run directory, for "
+        "the variants that start the backward directions from one.",
+    )
     parser.add_argument(
         "--lm-limit", type=int, default=0, help="Tokens of the LM's text (0: all)."
     )
@@ -105,13 +132,14 @@ def main() -> None:
 
     out = Path(args.out)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    lm_minutes = 0.0
-    lm_line = "reused"
-    if args.lm_run:
-        lm_run = Path(args.lm_run)
-    else:
+
+    def language_model(reuse: str | None, reverse: bool) -> tuple[Path, str, float]:
+        """The run directory of the (forward or backward) language model, trained
+        here unless `reuse` names one; with its summary line and minutes."""
+        if reuse:
+            return Path(reuse), "reused", 0.0
         recipe = LanguageModelRecipe()
-        overrides = {"data.limit": args.lm_limit}
+        overrides = {"data.limit": args.lm_limit, "data.reverse": reverse}
         if args.epochs is not None:
             overrides["train.epochs"] = args.epochs
         if args.seed is not None:
@@ -119,19 +147,31 @@ def main() -> None:
         config = config_lib.resolve(recipe.Config, args.lm_config, overrides)
         timer = epoch_timer()
         started = time.perf_counter()
+        name = "lm_backward" if reverse else "lm"
         result = runner.run(
-            recipe, config, out / f"lm-{stamp}", verbose=2, callbacks=[timer]
+            recipe, config, out / f"{name}-{stamp}", verbose=2, callbacks=[timer]
         )
-        lm_minutes = (time.perf_counter() - started) / 60
-        lm_run = result.run_dir
+        minutes = (time.perf_counter() - started) / 60
         model_row = result.metrics["test"]["model"]
-        lm_line = (
+        line = (
             f"test perplexity {model_row['perplexity']:.1f} (unigram "
             f"{result.metrics['test']['unigram']['perplexity']:.1f}), "
             f"{len(timer.seconds)} epoch(s) of "
             + ", ".join(f"{s:.0f}" for s in timer.seconds)
-            + f" s, whole run {lm_minutes:.1f} min"
+            + f" s, whole run {minutes:.1f} min"
         )
+        return result.run_dir, line, minutes
+
+    needs_lm = any(VARIANTS[name].get("pretrained") for name in variants)
+    needs_backward = any(VARIANTS[name].get("backward") for name in variants)
+    lm_run, lm_line, lm_minutes = (
+        language_model(args.lm_run, reverse=False) if needs_lm else (None, "-", 0.0)
+    )
+    backward_run, backward_line, backward_minutes = (
+        language_model(args.lm_backward_run, reverse=True)
+        if needs_backward
+        else (None, "-", 0.0)
+    )
 
     recipe = SentimentRecipe()
     rows, minutes, epochs, baselines = {}, {}, {}, None
@@ -145,6 +185,8 @@ def main() -> None:
         settings = dict(VARIANTS[name])
         if settings.pop("pretrained", False):
             overrides["model.pretrained"] = str(lm_run)
+        if settings.pop("backward", False):
+            overrides["model.pretrained_backward"] = str(backward_run)
         overrides.update(settings)
         # The baselines are fitted once, in the first run.
         overrides["evaluation.baselines"] = baselines is None
@@ -172,7 +214,8 @@ def main() -> None:
                 if k in row
             },
             "minutes": minutes[name]
-            + (lm_minutes if VARIANTS[name].get("pretrained") else 0.0),
+            + (lm_minutes if VARIANTS[name].get("pretrained") else 0.0)
+            + (backward_minutes if VARIANTS[name].get("backward") else 0.0),
         }
         for name, row in rows.items()
     }
@@ -182,12 +225,14 @@ def main() -> None:
     print(format_table(table))
     print()
     print(f"language model:    {lm_run}: {lm_line}")
+    if needs_backward:
+        print(f"backward LM:       {backward_run}: {backward_line}")
     for name in rows:
         print(
             f"{name + ':':<18} {minutes[name]:.1f} min; "
             f"seconds per epoch {epochs[name]}"
         )
-    print("minutes of the pre-trained variants include the language model's")
+    print("minutes of the pre-trained variants include their language models'")
     print(f"reviews:           {args.limit or 'all'} per split (limit)")
     print(f"seed:              {args.seed if args.seed is not None else 'configs'}")
     print(f"CPU:               {cpu_line()}")
@@ -198,6 +243,8 @@ def main() -> None:
             "table": table,
             "language_model": str(lm_run),
             "lm": lm_line,
+            "backward_language_model": str(backward_run),
+            "backward_lm": backward_line,
             "seed": args.seed,
         },
     )
