@@ -160,6 +160,29 @@ def test_the_nearest_measured_shape_decides():
     assert XLA not in traced_path(SimpleRNN(300))[0]
 
 
+def test_a_measurement_decides_only_near_its_batch(monkeypatch):
+    """`rnnkit calibrate` measures at 64 rows by default; a call of one row is
+    another regime (the LSTM compiles its small steps by default), which a batch-64
+    measurement must not overrule; a batch within 4 times the measured one follows
+    it, and so does a batch unknown when traced."""
+    # The LSTM's own rule back, with a threshold that compiles 1 and 32 rows of 8
+    # units by default: the measurement (do not compile) must win at 32, not at 1.
+    monkeypatch.setattr(LSTM.cell_class, "SMALL_STEP", 64 * 8)
+    calibration.record([measured(LSTM, "inference", 6, 8, False, batch=64)])
+    calibration.load()
+    choice = calibration.measured_choice
+    assert choice(LSTM(8).cell, False, 6, 16) is False
+    assert choice(LSTM(8).cell, False, 6, 256) is False
+    assert choice(LSTM(8).cell, False, 6, None) is False
+    assert choice(LSTM(8).cell, False, 6, 8) is None
+    assert choice(LSTM(8).cell, False, 6, 1) is None
+    # So a batch of one runs the LSTM's own rule: one small step, compiled.
+    assert LSTM(8).cell.xla_pays(False, batch=1)
+    assert LSTM(8).cell.xla_pays(False, batch=32)
+    assert XLA in traced_path(LSTM(8), batch=1)[0]
+    assert XLA not in traced_path(LSTM(8), batch=32)[0]
+
+
 def test_another_machines_measurements_are_not_used(monkeypatch):
     calibration.record([measured(LSTM, "inference", 6, 8, True)])
     calibration.load()

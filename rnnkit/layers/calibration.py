@@ -14,9 +14,11 @@ The layers never read that file. A process that wants them to follow it loads it
 once, at a point of its own choosing: `load()` (or `with loaded():` for a block);
 `rnnkit run` does so at the start of a run. From then on `jit_compile=None` follows
 the loaded measurement of the same cell class and mode at the measured shape nearest
-to the call's (by the ratio of units, then steps, then batch); without one, each
-cell's `xla_pays` decides. Only the speed depends on it, never a layer's numbers,
-and `execution_path` says "XLA-compiled" when the loop was.
+to the call's (by the ratio of units, then steps, then batch) among those measured at
+a batch within 4 times the call's (XLA's gain turns with the batch: a measurement at
+64 rows says nothing of one); without one, each cell's `xla_pays` decides. Only the
+speed depends on it, never a layer's numbers, and `execution_path` says
+"XLA-compiled" when the loop was.
 
 It measures the steady state: compilation (per layer and input shape) is not
 counted, so a short run of a small model may not earn it back
@@ -321,19 +323,35 @@ def forget() -> bool:
     return True
 
 
+# A measurement decides for calls whose batch is at most this many times larger or
+# smaller than the batch it was measured at. What XLA's loop gains turns with the
+# batch (the LSTM's inference gains at 8 rows and loses at 64: docs/performance.md,
+# "Small batches"), so the default `rnnkit calibrate --batch 64` says nothing of a
+# batch of one.
+BATCH_REACH = 4
+
+
 def _slot(item: Measurement) -> tuple:
     return (item.cell, item.mode, item.steps, item.units, item.batch, item.features)
 
 
 def measured_choice(cell, training: bool, steps: int | None, batch: int | None):
     """The loaded choice (True: compile) for `cell`'s class and mode at the measured
-    shape nearest to (units, steps, batch), or None without a loaded measurement."""
+    shape nearest to (units, steps, batch), among the shapes measured at a batch
+    within `BATCH_REACH` times the call's; None without such a measurement (then the
+    cell's own `xla_pays` decides)."""
     if not _loaded:
         return None
     found = _loaded
     name = _cell_name(type(cell))
     mode = "training" if training else "inference"
-    candidates = [m for m in found if m.cell == name and m.mode == mode]
+    candidates = [
+        m
+        for m in found
+        if m.cell == name
+        and m.mode == mode
+        and (not batch or abs(math.log(batch / m.batch)) <= math.log(BATCH_REACH))
+    ]
     if not candidates:
         return None
 
