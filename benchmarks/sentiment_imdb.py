@@ -143,10 +143,19 @@ def main() -> None:
     if args.limit:
         print("reduced run: the target applies to the full data only")
         return
-    linear = table["tfidf_bigrams"]["accuracy"]
+    for name, what in (
+        ("tfidf_bigrams", "tf-idf uni+bigram logistic regression"),
+        ("nbsvm_bigrams", "NBSVM uni+bigrams"),
+    ):
+        linear = table[name]["accuracy"]
+        print(
+            f"against {what}: {accuracy:.4f} vs {linear:.4f} "
+            f"({'above' if accuracy > linear else 'below'} it)"
+        )
+    ensemble = table["ensemble_nbsvm"]
     print(
-        f"against tf-idf uni+bigram logistic regression: {accuracy:.4f} vs "
-        f"{linear:.4f} ({'above' if accuracy > linear else 'below'} it)"
+        f"ensemble with NBSVM (model weight {ensemble['model_weight']}, chosen on "
+        f"validation; reported beside the model): {ensemble['accuracy']:.4f}"
     )
     met = accuracy >= TARGET_ACCURACY and training <= TARGET_TRAINING_SECONDS
     print(

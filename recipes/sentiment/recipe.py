@@ -172,14 +172,19 @@ class SentimentRecipe(Recipe):
         from rnnkit.metrics import classification_metrics
 
         data = _in_model_order(model, data)
-        model_row = classification_metrics(
-            data.text.test.labels, self._test_probabilities(model, data, config)
-        )
+        test_probabilities = self._test_probabilities(model, data, config)
+        model_row = classification_metrics(data.text.test.labels, test_probabilities)
         if not config.evaluation.baselines:
             return {"model": model_row}
         from rnnkit_recipes.sentiment.baselines import baseline_table
 
-        return {"model": model_row, **baseline_table(data, config)}
+        validation = _probabilities_by_length(
+            model, data.text.validation.texts, config.train.batch_size
+        )
+        return {
+            "model": model_row,
+            **baseline_table(data, config, (validation, test_probabilities)),
+        }
 
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: SentimentConfig
@@ -249,21 +254,31 @@ class SentimentRecipe(Recipe):
         self, model: keras.Model, data: SentimentData, config: SentimentConfig
     ) -> np.ndarray:
         """Class probabilities (n, K) of the test texts, computed once per model."""
-        from rnnkit_recipes.sentiment.data import length_order
-
-        from rnnkit.models.sequence_classifier import class_probabilities
 
         cached = self._predictions
         if cached is None or cached[0] is not model or cached[1] is not data:
-            texts = data.text.test.texts
-            # Texts of similar length in one batch pad less; the order is undone below.
-            order = length_order(texts)
-            probabilities = class_probabilities(
-                model, texts[order], batch_size=config.train.batch_size, verbose=0
+            probabilities = _probabilities_by_length(
+                model, data.text.test.texts, config.train.batch_size
             )
-            probabilities[order] = probabilities.copy()
             self._predictions = (model, data, probabilities)
         return self._predictions[2]
+
+
+def _probabilities_by_length(
+    model: keras.Model, texts: np.ndarray, batch_size: int
+) -> np.ndarray:
+    """Class probabilities (n, K) of `texts`, in their order, computed in batches of
+    texts of similar length (which pad less)."""
+    from rnnkit_recipes.sentiment.data import length_order
+
+    from rnnkit.models.sequence_classifier import class_probabilities
+
+    order = length_order(texts)
+    probabilities = class_probabilities(
+        model, texts[order], batch_size=batch_size, verbose=0
+    )
+    probabilities[order] = probabilities.copy()
+    return probabilities
 
 
 def _in_model_order(model: keras.Model, data: SentimentData) -> SentimentData:

@@ -74,8 +74,12 @@ def test_run_writes_the_run_directory_and_beats_the_majority(smoke_run):
         :8
     ] == b"\x89PNG\r\n\x1a\n"
     table = json.loads((run_dir / "metrics.json").read_text())["test"]
-    assert list(table) == ["model", "majority", "bag_of_words", "tfidf_bigrams"]
+    assert list(table) == [
+        "model", "majority", "bag_of_words", "tfidf_bigrams", "nbsvm_bigrams",
+        "ensemble_nbsvm",
+    ]  # fmt: skip
     assert set(table["model"]) == {"accuracy", "precision", "recall", "f1", "roc_auc"}
+    assert table["ensemble_nbsvm"]["model_weight"] in (0.25, 0.5, 0.75)
     assert table["majority"]["accuracy"] == pytest.approx(0.5)
     assert table["majority"]["roc_auc"] == pytest.approx(0.5)
     # 540 training reviews and three epochs: far from the full-data figures, but
@@ -84,7 +88,8 @@ def test_run_writes_the_run_directory_and_beats_the_majority(smoke_run):
     assert table["model"]["roc_auc"] > 0.65
     assert table["bag_of_words"]["accuracy"] > 0.65
     assert table["tfidf_bigrams"]["accuracy"] > 0.65
-    assert "bag_of_words" in output and "tfidf_bigrams" in output
+    assert table["nbsvm_bigrams"]["accuracy"] > 0.65
+    assert "bag_of_words" in output and "nbsvm_bigrams" in output
 
 
 def test_predict_after_reloading_prints_label_and_probability(smoke_run, tmp_path):
@@ -146,7 +151,10 @@ def test_baselines_can_be_left_out(smoke_run):
     assert result.exit_code == 0, result.output[-2000:]
     model_only = json.loads((run_dir / "model_only.json").read_text())["test"]
     saved = json.loads((run_dir / "metrics.json").read_text())["test"]
-    assert set(saved) == {"model", "majority", "bag_of_words", "tfidf_bigrams"}
+    assert set(saved) == {
+        "model", "majority", "bag_of_words", "tfidf_bigrams", "nbsvm_bigrams",
+        "ensemble_nbsvm",
+    }  # fmt: skip
     assert set(model_only) == {"model"}
     assert model_only["model"] == pytest.approx(saved["model"])
 
@@ -348,7 +356,10 @@ def test_multi_class_labels_train_evaluate_and_predict(tmp_path):
     model = recipe.build_model(config, data)
     model.fit(data.train, epochs=1, shuffle=False, verbose=0)
     table = recipe.evaluate(model, data, config)
-    assert set(table) == {"model", "majority", "bag_of_words", "tfidf_bigrams"}
+    assert set(table) == {
+        "model", "majority", "bag_of_words", "tfidf_bigrams", "nbsvm_bigrams",
+        "ensemble_nbsvm",
+    }  # fmt: skip
     # The table's figures are those of the model's own test predictions, and the
     # majority row answers the most frequent training class for every text.
     import numpy as np
@@ -415,3 +426,75 @@ def test_evaluate_numbers_the_classes_as_the_run_did(tmp_path):
             ),
             ("low", "mid", "high"),
         )
+
+
+@pytest.mark.parametrize("num_classes", [2, 3])
+def test_nbsvm_scales_binarized_ngrams_by_naive_bayes_log_count_ratios(num_classes):
+    """NBSVM against the definitions written out densely in numpy: binarized
+    uni+bigrams, r = log(p / |p|_1) - log(q / |q|_1) with p, q = 1 + the counts in
+    the class's texts and in the others', a logistic regression on x * r per class
+    (against the rest), C chosen on validation accuracy; real reviews."""
+    import numpy as np
+    from rnnkit_recipes.sentiment import baselines
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    from rnnkit.data.text import TextSplit
+    from tests.sentiment_support import imdb_sample
+
+    sample = imdb_sample("train", 60)
+    texts = sample["text"].to_numpy(dtype=object)
+    labels = sample["label"].to_numpy()
+    if num_classes == 3:  # a third class: the reviews rated 1 or 10
+        labels = np.where(sample["rating"].isin([1, 10]), 2, labels)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(texts))
+    parts = np.split(order, [70, 95])
+    train, validation, test = (TextSplit(texts[i], labels[i]) for i in parts)
+    config = SentimentConfig()
+    got_validation, got_test = baselines._nbsvm_probabilities(
+        train, validation, test, num_classes, config
+    )
+
+    vectorizer = CountVectorizer(ngram_range=(1, 2), min_df=2, binary=True)
+    x = vectorizer.fit_transform(train.texts).toarray()
+    x_validation = vectorizer.transform(validation.texts).toarray()
+    x_test = vectorizer.transform(test.texts).toarray()
+    positives = [1] if num_classes == 2 else range(num_classes)
+    best = None
+    for strength in baselines.NBSVM_C_GRID:
+        columns = []
+        for k in positives:
+            p = 1 + x[train.labels == k].sum(axis=0)
+            q = 1 + x[train.labels != k].sum(axis=0)
+            r = np.log(p / p.sum()) - np.log(q / q.sum())
+            model = LogisticRegression(C=strength, solver="liblinear")
+            model.fit(x * r, train.labels == k)
+            columns.append(
+                [model.predict_proba(z * r)[:, 1] for z in (x_validation, x_test)]
+            )
+        if num_classes == 2:
+            found = [np.stack([1 - c, c], axis=1) for c in columns[0]]
+        else:
+            found = [np.stack([c[i] for c in columns], axis=1) for i in range(2)]
+            found = [f / f.sum(axis=1, keepdims=True) for f in found]
+        accuracy = np.mean(found[0].argmax(axis=1) == validation.labels)
+        if best is None or accuracy > best[0]:
+            best = (accuracy, found)
+    np.testing.assert_allclose(got_validation, best[1][0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got_test, best[1][1], rtol=1e-4, atol=1e-6)
+    assert got_test.shape == (len(test), num_classes)
+    np.testing.assert_allclose(got_test.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_the_ensembles_weight_is_chosen_on_validation_ties_to_the_mean():
+    import numpy as np
+    from rnnkit_recipes.sentiment.baselines import _ensemble_weight
+
+    labels = np.array([1, 1, 0])
+    model = np.array([[0.2, 0.8], [0.3, 0.7], [0.6, 0.4]])
+    linear = np.array([[0.4, 0.6], [0.8, 0.2], [0.3, 0.7]])
+    # The mean misses the last two reviews, 0.75 of the model's gets all three.
+    assert _ensemble_weight(labels, model, linear) == 0.75
+    assert _ensemble_weight(labels, linear, model) == 0.25
+    assert _ensemble_weight(labels, model, model) == 0.5  # every weight ties
