@@ -302,14 +302,17 @@ def ensemble_block(heading, next_heading):
     return runs, joined
 
 
-def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
+def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
     """The README's M4 ensemble: a run of configs/m4_hourly.toml, one of
-    configs/m4_hourly_mean_abs.toml and one of configs/m4_hourly_student_t.toml, each
-    with only the data files, the seed and its run directory given, then `rnnkit
-    ensemble` of those three directories; each config is the one before it with one
-    change."""
+    configs/m4_hourly_mean_abs.toml, one of configs/m4_hourly_student_t.toml and one
+    of configs/m4_hourly_segments.toml, each with only the data files, the seed and
+    its run directory given, then `rnnkit ensemble` of those four directories; each
+    config is the first or the one before it with one change."""
     runs, joined = ensemble_block("### M4 Hourly", "### ETTh1")
-    names = ["m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml"]
+    names = [
+        "m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml",
+        "m4_hourly_segments.toml",
+    ]  # fmt: skip
     assert len(runs) == len(names)
     run_dirs, seeds = [], set()
     for words, name in zip(runs, names, strict=True):
@@ -324,14 +327,17 @@ def test_the_m4_ensemble_is_the_three_shipped_m4_configs():
         run_dirs.append(options["--run-dir"])
         seeds.add(options["--seed"])
     assert len(seeds) == 1
-    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:5] == run_dirs
-    standard, mean_abs, student_t = (
+    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:6] == run_dirs
+    standard, mean_abs, student_t, segments = (
         config_lib.resolve(recipe.Config, ROOT / "recipes/forecasting/configs" / name)
         for name in names
     )
     assert mean_abs == standard.with_values({"model.scaling": "mean_abs"})
     assert student_t == mean_abs.with_values(
         {"model.likelihood": "student_t", "model.samples": 200}
+    )
+    assert segments == standard.with_values(
+        {"model.decoder": "segments", "model.scaling": "last"}
     )
 
 
