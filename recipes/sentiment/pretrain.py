@@ -62,7 +62,28 @@ def language_model_config(config: SentimentConfig):
             f"model.pretrain: {path} reads text backwards (data.reverse); give the "
             "forward model's config (model.pretrain_backward adds the backward one)"
         )
+    _check_shapes(config, stage_config, path)
     return recipe, stage_config
+
+
+def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
+    """Before any training: the language model must be recurrent, with the
+    classifier's cell type, units and embedding size (what the transfer copies);
+    otherwise a one-line error that names both values."""
+    if stage_config.model.architecture != "rnn":
+        raise ConfigError(
+            f"model.pretrain: {path} trains a {stage_config.model.architecture} "
+            "language model; the classifier starts from a recurrent one "
+            '(model.architecture = "rnn")'
+        )
+    for key in ("cell_type", "units", "embedding_dim"):
+        ours, theirs = getattr(config.model, key), getattr(stage_config.model, key)
+        if ours != theirs:
+            raise ConfigError(
+                f"model.pretrain: the language model's model.{key} is {theirs!r}, "
+                f"the classifier's {ours!r}; set them equal (model.pretrain_set="
+                f"model.{key}={ours} sets the language model's)"
+            )
 
 
 def run_pretraining(config: SentimentConfig, run_dir: Path) -> SentimentConfig:

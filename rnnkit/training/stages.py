@@ -44,11 +44,9 @@ def run_stage(
     folder = stage_dir(run_dir, name)
     recorded = folder / CONFIG_FILE
     if recorded.is_file():
-        before = config_lib.load_toml(type(config), recorded)
+        before = config_lib.load_toml(type(config), recorded).flat()
         changed = sorted(
-            key
-            for key, value in config.flat().items()
-            if before.flat().get(key) != value
+            key for key, value in config.flat().items() if before.get(key) != value
         )
         if changed:
             raise ConfigError(

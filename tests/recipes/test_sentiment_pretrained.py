@@ -287,6 +287,17 @@ def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp
             {"model.pretrain": str(word_file), "model.pretrain_set": ("x.y=1",)},
             "model.pretrain_set: unknown config key 'x.y'",
         ),
+        (
+            {"model.pretrain": str(word_file), "model.units": 32},
+            "language model's model.units is 16, the classifier's 32",
+        ),
+        (
+            {
+                "model.pretrain": str(word_file),
+                "model.pretrain_set": ("model.architecture=transformer",),
+            },
+            "trains a transformer language model",
+        ),
     ):
         config = sentiment_config(reviews, **values)
         with pytest.raises(config_lib.ConfigError, match=message):
