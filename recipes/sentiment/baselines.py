@@ -214,6 +214,9 @@ def _nbsvm_probabilities(
         """The (validation, test) class probabilities at C = `strength`."""
         columns = []
         for k, (train_x, *other_x) in zip(positives, scaled, strict=True):
+            if not (train.labels == k).any():  # a named class no training text has
+                columns.append([np.zeros(x.shape[0]) for x in other_x])
+                continue
             classifier = LogisticRegression(C=strength, solver="liblinear")
             classifier.fit(train_x, train.labels == k)
             columns.append([classifier.predict_proba(x)[:, 1] for x in other_x])

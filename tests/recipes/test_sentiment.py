@@ -487,6 +487,27 @@ def test_nbsvm_scales_binarized_ngrams_by_naive_bayes_log_count_ratios(num_class
     np.testing.assert_allclose(got_test.sum(axis=1), 1.0, atol=1e-6)
 
 
+def test_nbsvm_never_answers_a_class_no_training_text_has():
+    """`data.class_names` may name a class the training split lacks: NBSVM gives it
+    probability 0 instead of failing to fit a model with one label."""
+    import numpy as np
+    from rnnkit_recipes.sentiment import baselines
+
+    from rnnkit.data.text import TextSplit
+    from tests.sentiment_support import imdb_sample
+
+    sample = imdb_sample("train", 30)
+    texts = sample["text"].to_numpy(dtype=object)
+    labels = sample["label"].to_numpy()  # 0 and 1; class 2 has no text
+    split = TextSplit(texts, labels)
+    validation, test = baselines._nbsvm_probabilities(
+        split, split, split, 3, SentimentConfig()
+    )
+    assert np.all(test[:, 2] == 0) and np.all(validation[:, 2] == 0)
+    np.testing.assert_allclose(test.sum(axis=1), 1.0, atol=1e-6)
+    assert np.mean(test.argmax(axis=1) == labels) > 0.9  # its own training texts
+
+
 def test_the_ensembles_weight_is_chosen_on_validation_ties_to_the_mean():
     import numpy as np
     from rnnkit_recipes.sentiment.baselines import _ensemble_weight
