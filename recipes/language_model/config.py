@@ -94,6 +94,14 @@ class LanguageModelModelConfig(TransformerModelConfig):
     num_layers: int = field(
         1, help="Stacked recurrent layers (or Transformer blocks).", at_least=1
     )
+    block: str = field(
+        "none",
+        help="rnn: none (stacked recurrent layers) or hawk (Hawk's residual blocks, "
+        "De et al. 2024: RMSNorm, a gated branch around cell_type after a temporal "
+        "convolution, a gated MLP, residual connections; units wide inside, on the "
+        "embeddings' width).",
+        choices=("none", "hawk"),
+    )
     dropout: float = field(
         0.0,
         help="Dropout on embeddings, between layers and before the output.",
@@ -120,7 +128,7 @@ class LanguageModelModelConfig(TransformerModelConfig):
 
 # The model fields each architecture reads (the others are left alone).
 SHARED_MODEL_FIELDS = ("num_layers", "dropout", "tie_weights")
-RNN_MODEL_FIELDS = ("cell_type", "embedding_dim", "units", "init_scale")
+RNN_MODEL_FIELDS = ("cell_type", "embedding_dim", "units", "init_scale", "block")
 TRANSFORMER_MODEL_FIELDS = (
     "model_dim",
     "num_heads",

@@ -76,6 +76,14 @@ def export_plan(
             "model_dim": model.model_dim,
         }
     else:
+        if getattr(model, "block", "none") != "none":
+            from rnnkit.errors import ConfigError
+
+            raise ConfigError(
+                f"a language model of {model.block} blocks has no step export yet "
+                "(its blocks carry the convolution's inputs besides the recurrent "
+                "state); train with model.block=none to export one"
+            )
         # The step passes its states in and out as tensors: it is built on a
         # stateless copy (same weights), which the converters accept.
         stateless = model.with_batch_size(None, stateful=False)

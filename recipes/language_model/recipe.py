@@ -367,7 +367,16 @@ def _check(config: LanguageModelConfig) -> None:
                 "train.spectral_norm_every records the recurrent kernels' sigma_max, "
                 "and the Transformer has none; set it to 0"
             )
-    elif model.tie_weights and model.units != model.embedding_dim:
+    elif model.block == "hawk" and model.init_scale > 0:
+        raise ConfigError(
+            "model.init_scale applies to model.block=none; Hawk's blocks keep their "
+            "own initialisers: set model.init_scale=0"
+        )
+    elif (
+        model.tie_weights
+        and model.block == "none"
+        and model.units != model.embedding_dim
+    ):
         raise ConfigError(
             "model.tie_weights needs model.units == model.embedding_dim, got "
             f"{model.units} and {model.embedding_dim}"

@@ -55,13 +55,20 @@ def text_recipe(
 
 
 def check_run(model: Any, recipe_name: str, run_dir: Path) -> None:
-    """Raises `RnnkitError` unless the run's model is a `LanguageModel`."""
+    """Raises `RnnkitError` unless the run's model is a `LanguageModel` of stacked
+    recurrent layers."""
     from rnnkit.models.language_model import LanguageModel
 
     if not isinstance(model, LanguageModel):
         raise RnnkitError(
             f"{run_dir} is a run of recipe {recipe_name!r}; rnnkit diagnose reads "
             "language_model runs"
+        )
+    if model.block != "none":
+        raise RnnkitError(
+            f"{run_dir} is a language model of {model.block} blocks; rnnkit diagnose "
+            "reads the gradients and recurrent kernels of stacked recurrent layers "
+            "(model.block=none)"
         )
 
 

@@ -56,6 +56,12 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
     LSTM, ...) float32 (batch, units), zeros at the start of a text. Outputs:
     "logits" float32 (batch, vocabulary) for the next token, and "next_h_0", ...
     """
+    if getattr(model, "block", "none") != "none":
+        raise ValueError(
+            f"a language model of {model.block} blocks has no step export yet "
+            "(its blocks carry the convolution's inputs besides the recurrent "
+            "state); train with model.block=none to export one"
+        )
     names = [
         cell_state_names(layer.cell, index)
         for index, layer in enumerate(model.recurrent_layers)

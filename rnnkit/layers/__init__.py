@@ -10,6 +10,7 @@ layer by name (`register_recurrent`, or an entry point): docs/guides/own-cell.md
 from rnnkit.layers.bahdanau_attention import BahdanauAttention
 from rnnkit.layers.dot_product_attention import DotProductAttention
 from rnnkit.layers.gru import GRU, GRUCell
+from rnnkit.layers.hawk import HawkBlock
 from rnnkit.layers.lru import LRU, LRUCell
 from rnnkit.layers.lstm import LSTM, LSTMCell
 from rnnkit.layers.min_rnn import MinGRU, MinGRUCell, MinLSTM, MinLSTMCell

@@ -3,6 +3,13 @@
     ids (batch, time) -> Embedding -> Dropout -> [rnnkit LSTM/GRU/SimpleRNN -> Dropout]
                       x num_layers -> logits (batch, time, vocabulary)
 
+or, with `block="hawk"`, Hawk's residual blocks (`rnnkit.layers.HawkBlock`: an
+RMSNorm, a gated branch around the recurrent layer and a temporal convolution, a
+gated MLP, residual connections) on the embeddings' width, then an RMSNorm:
+
+    ids -> Embedding -> Dropout -> [HawkBlock(cell_type)] x num_layers -> RMSNorm
+        -> Dropout -> logits
+
 Dropout sits on the non-recurrent connections only (Zaremba, Sutskever & Vinyals 2014):
 on the embeddings, between layers and before the output projection. With
 `tie_weights` the output projection is the transposed embedding matrix plus a bias
@@ -26,8 +33,12 @@ from collections.abc import Sequence
 import keras
 from keras import ops
 
+from rnnkit.layers.hawk import HawkBlock
 from rnnkit.models import _output_bias
 from rnnkit.models._recurrent import recurrent_layer_class
+
+# The `block` argument's values: stacked layers, or Hawk's residual blocks.
+BLOCKS = ("none", "hawk")
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -41,7 +52,10 @@ class LanguageModel(keras.Model):
             "simple_rnn", ...; `rnnkit.layers.get_recurrent`). Default: "lstm".
         embedding_dim: size of the token embeddings. Default: 128.
         units: recurrent units per layer. Default: 256.
-        num_layers: stacked recurrent layers. Default: 2.
+        num_layers: stacked recurrent layers (or blocks). Default: 2.
+        block: "none" (stacked recurrent layers) or "hawk" (Hawk's residual blocks
+            around them, `units` wide inside, on the embeddings' width; their
+            dropout on each branch). Default: "none".
         dropout: dropout rate on embeddings, between layers and before the output.
             Default: 0.
         tie_weights: use the transposed embedding matrix as the output projection.
@@ -78,6 +92,7 @@ class LanguageModel(keras.Model):
         embedding_dim: int = 128,
         units: int = 256,
         num_layers: int = 2,
+        block: str = "none",
         dropout: float = 0.0,
         tie_weights: bool = False,
         init_scale: float = 0.0,
@@ -105,7 +120,16 @@ class LanguageModel(keras.Model):
             raise ValueError(f"Argument `dropout` must be in [0, 1), got {dropout}.")
         if init_scale < 0:
             raise ValueError(f"Argument `init_scale` must be >= 0, got {init_scale}.")
-        if tie_weights and units != embedding_dim:
+        if block not in BLOCKS:
+            raise ValueError(
+                f"Argument `block` must be one of {BLOCKS}, received block={block!r}."
+            )
+        if block == "hawk" and init_scale > 0:
+            raise ValueError(
+                "init_scale applies to the plain stack (block='none'); Hawk's blocks "
+                "keep their own initialisers: pass init_scale=0."
+            )
+        if tie_weights and block == "none" and units != embedding_dim:
             raise ValueError(
                 "tie_weights needs units == embedding_dim (the output projection is "
                 f"the transposed embedding matrix); received units={units}, "
@@ -118,6 +142,7 @@ class LanguageModel(keras.Model):
         self.embedding_dim = embedding_dim
         self.units = units
         self.num_layers = num_layers
+        self.block = block
         self.dropout = float(dropout)
         self.tie_weights = bool(tie_weights)
         self.init_scale = float(init_scale)
@@ -132,16 +157,30 @@ class LanguageModel(keras.Model):
             embeddings_initializer=self._initializer("uniform"),
             name="embedding",
         )
-        self.recurrent_layers = [
-            layer_class(
-                units,
-                return_sequences=True,
-                stateful=stateful,
-                name=f"{cell_type}_{index + 1}",
-                **self._recurrent_initializers(),
-            )
-            for index in range(num_layers)
-        ]
+        if block == "hawk":
+            self.recurrent_layers = [
+                HawkBlock(
+                    units,
+                    cell_type=cell_type,
+                    dropout=dropout,
+                    stateful=stateful,
+                    seed=None if seed is None else seed + 100 * (index + 1),
+                    name=f"hawk_{index + 1}",
+                )
+                for index in range(num_layers)
+            ]
+            self.final_norm = keras.layers.RMSNormalization(name="final_norm")
+        else:
+            self.recurrent_layers = [
+                layer_class(
+                    units,
+                    return_sequences=True,
+                    stateful=stateful,
+                    name=f"{cell_type}_{index + 1}",
+                    **self._recurrent_initializers(),
+                )
+                for index in range(num_layers)
+            ]
         self.dropouts = [
             keras.layers.Dropout(
                 dropout,
@@ -188,7 +227,10 @@ class LanguageModel(keras.Model):
         features = (batch_size, None, self.embedding_dim)
         for layer in self.recurrent_layers:
             layer.build(features)
-            features = (batch_size, None, self.units)
+            if self.block == "none":
+                features = (batch_size, None, self.units)
+        if self.block == "hawk":
+            self.final_norm.build(features)
         if self.output_projection is not None:
             self.output_projection.build(features)
         else:
@@ -202,6 +244,11 @@ class LanguageModel(keras.Model):
     def call(self, ids, training=False):
         hidden = self.embedding(ids)  # (batch, time, embedding_dim)
         hidden = self.dropouts[0](hidden, training=training)
+        if self.block == "hawk":
+            for layer in self.recurrent_layers:
+                hidden = layer(hidden, training=training)
+            hidden = self.final_norm(hidden)
+            return self.logits(self.dropouts[-1](hidden, training=training))
         for layer, dropout in zip(
             self.recurrent_layers, self.dropouts[1:], strict=True
         ):
@@ -253,6 +300,7 @@ class LanguageModel(keras.Model):
             "embedding_dim": self.embedding_dim,
             "units": self.units,
             "num_layers": self.num_layers,
+            "block": self.block,
             "dropout": self.dropout,
             "tie_weights": self.tie_weights,
             "init_scale": self.init_scale,

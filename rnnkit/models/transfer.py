@@ -83,6 +83,16 @@ def initialize_from_language_model(
 
     from rnnkit.models.text_standardizer import TextStandardizer
 
+    for model, what in (
+        (language_model, "language model"),
+        (backward, "backward language model"),
+    ):
+        if getattr(model, "block", "none") != "none":
+            raise ValueError(
+                f"the {what} is built of {model.block} blocks, whose weights "
+                "have no place in the classifier's recurrent layers; pre-train with "
+                "model.block=none"
+            )
     embedding = classifier.get_layer("embedding")
     vectorizer = classifier.get_layer("vectorizer")
     classifier_dim = int(embedding.embeddings.shape[1])

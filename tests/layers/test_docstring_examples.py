@@ -12,6 +12,7 @@ MODULES = [
     "rnnkit.layers.gru",
     "rnnkit.layers.min_rnn",
     "rnnkit.layers.rg_lru",
+    "rnnkit.layers.hawk",
     "rnnkit.layers.bahdanau_attention",
     "rnnkit.layers.dot_product_attention",
     "rnnkit.layers.multi_head_attention",

@@ -19,10 +19,13 @@ def tiny(cell_type="lstm", **kwargs):
     return model
 
 
-@pytest.mark.parametrize("cell_type", ["lstm", "gru", "simple_rnn"])
-def test_state_carried_across_windows_equals_one_pass_over_the_stream(cell_type):
+@pytest.mark.parametrize(
+    "cell_type, block",
+    [("lstm", "none"), ("gru", "none"), ("simple_rnn", "none"), ("rglru", "hawk")],
+)
+def test_state_carried_across_windows_equals_one_pass_over_the_stream(cell_type, block):
     ids = np.random.default_rng(0).integers(0, 11, size=3 * 16 + 1)
-    whole = tiny(cell_type)
+    whole = tiny(cell_type, block=block)
     stateful = whole.with_batch_size(3, stateful=True)
     # Windows of 5 steps of 3 streams of 16 tokens (the last window is 1 step long).
     batches = stream_batches(ids, 3, 5, keep_partial=True)
@@ -108,8 +111,38 @@ def test_save_and_reload_in_safe_mode(tmp_path):
         ({"stateful": True}, "batch_size"),
         ({"cell_type": "rnn"}, "cell_type"),
         ({"dropout": 1.0}, "dropout"),
+        ({"block": "griffin"}, "`block` must be one of"),
+        ({"block": "hawk", "init_scale": 0.1}, "init_scale applies to the plain"),
     ],
 )
 def test_bad_arguments_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         LanguageModel(TOKENS, **{"embedding_dim": 6, "units": 6, **options})
+
+
+def test_hawk_blocks_keep_the_embeddings_width_and_reload(tmp_path):
+    """Hawk's blocks run on the embeddings' width whatever `units` is, so the tied
+    output needs no equal widths; the model reloads in safe mode, blocks and all."""
+    model = tiny("mingru", block="hawk", units=9, tie_weights=True, dropout=0.2)
+    assert [type(layer).__name__ for layer in model.recurrent_layers] == [
+        "HawkBlock",
+        "HawkBlock",
+    ]
+    assert model.recurrent_layers[0].recurrent.units == 9
+    ids = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    assert tuple(model(ids).shape) == (2, 4, len(TOKENS))
+    model.save(tmp_path / "hawk.keras")
+    reloaded = keras.saving.load_model(tmp_path / "hawk.keras", safe_mode=True)
+    assert reloaded.block == "hawk"
+    np.testing.assert_allclose(reloaded(ids), model(ids), rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_of_hawk_blocks_is_refused_where_only_layers_fit():
+    from rnnkit.export.steps import language_model_step
+    from rnnkit.models.transfer import initialize_from_language_model
+
+    model = tiny("rglru", block="hawk")
+    with pytest.raises(ValueError, match="has no step export yet"):
+        language_model_step(model)
+    with pytest.raises(ValueError, match="pre-train with model.block=none"):
+        initialize_from_language_model(None, model)

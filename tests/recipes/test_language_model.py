@@ -336,6 +336,34 @@ def test_predict_samples_reproducibly(smoke_run):
     assert result.stdout.rstrip("\n") == first
 
 
+def test_hawk_blocks_train_evaluate_and_generate(tmp_path):
+    """model.block=hawk: the packaged Time Machine, the smoke settings; the run
+    learns (below the unigram's perplexity), and generation carries each block's
+    convolution inputs and state from token to token."""
+    run_dir = tmp_path / "hawk"
+    result = invoke(
+        "run", "language_model", "--config", str(SMOKE_CONFIG), "--run-dir",
+        str(run_dir), "--set", "model.block=hawk", "--set", "model.cell_type=rglru",
+        "--set", "model.embedding_dim=32", "--set", "model.units=32",
+        "--set", "model.num_layers=2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-3000:]
+    table = json.loads((run_dir / "metrics.json").read_text())["test"]
+    assert table["model"]["perplexity"] < 0.8 * table["unigram"]["perplexity"]
+    model = runner.load_model(run_dir / "model.keras")
+    assert [type(layer).__name__ for layer in model.recurrent_layers] == [
+        "HawkBlock"
+    ] * 2
+    config = config_lib.load_toml(LanguageModelConfig, run_dir / "config.toml")
+    settings = {"evaluation.length": 30, "evaluation.temperature": 0.0}
+    text = LanguageModelRecipe().predict(
+        model, ["the time traveller"], config.with_values(settings)
+    )[0]
+    assert text.startswith("the time traveller") and len(text) == 18 + 30
+    result = invoke("diagnose", str(run_dir))
+    assert "reads the gradients and recurrent kernels of stacked" in error_line(result)
+
+
 def test_diagnose_writes_into_the_run_directory(smoke_run):
     smoke_run, _ = smoke_run
     result = invoke("diagnose", str(smoke_run), "--steps", "2", "--window", "10")
@@ -445,6 +473,7 @@ def test_spectral_norms_are_tracked_during_the_run(smoke_run):
         (["model.tie_weights=true", "model.units=32"], "model.tie_weights needs"),
         (["data.path=nowhere/ptb.{split}.txt"], "no such file"),
         (["data.limit=100", "train.batch_size=16"], "too few for one batch"),
+        (["model.block=hawk", "model.init_scale=0.1"], "model.init_scale applies"),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, assignments, message):
