@@ -133,6 +133,23 @@ def test_the_config_and_a_reload_keep_the_block(tmp_path):
     )
 
 
+def test_under_mixed_bfloat16_the_block_stays_near_float32():
+    x = _inputs(seed=9).astype("float32")
+    reference = HawkBlock(UNITS, seed=10)
+    expected = keras.ops.convert_to_numpy(reference(x))
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        layer = HawkBlock(UNITS, seed=10)
+        layer.build((None, None, FEATURES))
+        layer.set_weights(reference.get_weights())
+        output = layer(x)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
+    output = keras.ops.convert_to_numpy(keras.ops.cast(output, "float32"))
+    assert_close(output, expected, 5e-2, "bfloat16 against float32")
+
+
 def test_dropout_acts_in_training_only():
     layer = HawkBlock(UNITS, dropout=0.5, seed=7)
     x = _inputs(seed=8).astype("float32")
