@@ -108,6 +108,14 @@ class LanguageModelModelConfig(TransformerModelConfig):
         at_least=0.0,
         below=1.0,
     )
+    weight_dropout: float = field(
+        0.0,
+        help="rnn, model.block=none: DropConnect on every recurrent kernel, one mask "
+        "per batch (AWD-LSTM's weight drop); cells with a recurrent kernel (lstm, "
+        "gru, simple_rnn).",
+        at_least=0.0,
+        below=1.0,
+    )
     tie_weights: bool = field(
         False,
         help="Output projection = transposed embedding matrix (the RNN needs units "
@@ -128,7 +136,14 @@ class LanguageModelModelConfig(TransformerModelConfig):
 
 # The model fields each architecture reads (the others are left alone).
 SHARED_MODEL_FIELDS = ("num_layers", "dropout", "tie_weights")
-RNN_MODEL_FIELDS = ("cell_type", "embedding_dim", "units", "init_scale", "block")
+RNN_MODEL_FIELDS = (
+    "cell_type",
+    "embedding_dim",
+    "units",
+    "init_scale",
+    "block",
+    "weight_dropout",
+)
 TRANSFORMER_MODEL_FIELDS = (
     "model_dim",
     "num_heads",

@@ -367,6 +367,13 @@ def _check(config: LanguageModelConfig) -> None:
                 "train.spectral_norm_every records the recurrent kernels' sigma_max, "
                 "and the Transformer has none; set it to 0"
             )
+    elif model.weight_dropout > 0 and model.block != "none":
+        raise ConfigError(
+            "model.weight_dropout drops the recurrent kernels of stacked layers "
+            "(model.block=none), not Hawk's blocks: set model.weight_dropout=0"
+        )
+    elif model.weight_dropout > 0 and (refusal := _weight_dropout_refusal(model)):
+        raise ConfigError(f"model.weight_dropout: {refusal}")
     elif model.block == "hawk" and model.init_scale > 0:
         raise ConfigError(
             "model.init_scale applies to model.block=none; Hawk's blocks keep their "
@@ -398,6 +405,18 @@ def _check(config: LanguageModelConfig) -> None:
             "data.validation_fraction + data.test_fraction must be below 1, got "
             f"{data.validation_fraction} + {data.test_fraction}"
         )
+
+
+def _weight_dropout_refusal(model) -> str | None:
+    """Why the cell of `model.cell_type` takes no `model.weight_dropout` (a cell
+    without a recurrent kernel), or None."""
+    from rnnkit.layers import get_recurrent
+
+    try:
+        get_recurrent(model.cell_type)(1, weight_dropout=model.weight_dropout)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
 
 
 # -- Training pieces -----------------------------------------------------------------

@@ -169,6 +169,10 @@ def run_fused(
     inside a `tf.function`: its mask is known per batch only, so both paths are
     traced and each batch chooses."""
     blockers = layer._cudnn_blockers(training)
+    if training and getattr(layer.cell, "weight_dropout", 0) > 0:
+        # The fused kernels read the kernel variables: the layer's loop applies
+        # the mask (`RecurrentCell.dropped_weights`).
+        blockers.append(f"weight_dropout={layer.cell.weight_dropout} in training")
     if not blockers and mask is not None:
         # cuDNN takes right-padded masks without a fully masked row only (as
         # Keras' own check); anything else runs the generic loop. So do

@@ -159,7 +159,8 @@ def generic_loop(
     sequences = cell.augment_inputs(sequences)  # [x_t, 1], once per sequence
     initial_state = [ops.cast(state, STATE_DTYPE) for state in initial_state]
     if hand_written:
-        weights = cell.bptt_weights()
+        with cell.dropped_weights(training):
+            weights = cell.bptt_weights()
 
         def run(sequences, initial_state, mask, input_mask, recurrent_mask):
             return hand_written_bptt_loop(
@@ -167,7 +168,8 @@ def generic_loop(
             )
 
     else:
-        weights = cell.loop_weights()
+        with cell.dropped_weights(training):
+            weights = cell.loop_weights()
 
         def run(sequences, initial_state, mask, input_mask, recurrent_mask):
             if compiled:

@@ -49,6 +49,9 @@ class GRUCell(RecurrentCell):
         reset_after: Apply the reset gate after the recurrent matmul.
             Default: `True`.
         seed: Seed of the dropout masks. Default: `None`.
+        weight_dropout: Fraction of the recurrent kernel's entries to drop in
+            training, one mask per call (AWD-LSTM's weight drop; `RecurrentCell`).
+            Default: 0.
 
     Call arguments:
         inputs: x_t, shape (batch, input_dim).
@@ -100,7 +103,7 @@ class GRUCell(RecurrentCell):
         because U_h multiplies r_t * h_{t-1}.
         """
         kernels = self._split_gates(self.kernel)
-        recurrent = ops.cast(self.recurrent_kernel, self.compute_dtype)
+        recurrent = ops.cast(self.recurrent_kernel_in_use(), self.compute_dtype)
         if not self.reset_after:
             recurrent = (recurrent[:, : 2 * self.units], recurrent[:, 2 * self.units :])
         input_biases, candidate_bias = [None] * 3, None
@@ -282,7 +285,7 @@ class GRU(RecurrentLayer):
             `GRUCell`.
         kernel_constraint, recurrent_constraint, bias_constraint: As for
             `GRUCell`.
-        dropout, recurrent_dropout, reset_after, seed: As for `GRUCell`.
+        dropout, recurrent_dropout, reset_after, seed, weight_dropout: As for `GRUCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step. Default: `False`.
         return_state: Also return the final h_T. Default: `False`.
@@ -343,6 +346,7 @@ class GRU(RecurrentLayer):
         dropout=0.0,
         recurrent_dropout=0.0,
         seed=None,
+        weight_dropout=0.0,
         return_sequences=False,
         return_state=False,
         go_backwards=False,
@@ -372,6 +376,7 @@ class GRU(RecurrentLayer):
             recurrent_dropout=recurrent_dropout,
             reset_after=reset_after,
             seed=seed,
+            weight_dropout=weight_dropout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="gru_cell",

@@ -51,6 +51,9 @@ class LSTMCell(RecurrentCell):
         recurrent_dropout: Fraction of h_{t-1} to drop before the recurrent
             matmuls, one mask per sequence. Default: 0.
         seed: Seed of the dropout masks. Default: `None`.
+        weight_dropout: Fraction of the recurrent kernel's entries to drop in
+            training, one mask per call (AWD-LSTM's weight drop; `RecurrentCell`).
+            Default: 0.
 
     Call arguments:
         inputs: x_t, shape (batch, input_dim).
@@ -130,7 +133,7 @@ class LSTMCell(RecurrentCell):
             for kernel, bias, recurrent_kernel in zip(
                 self._split_gates(self.kernel),
                 biases,
-                self._split_gates(self.recurrent_kernel),
+                self._split_gates(self.recurrent_kernel_in_use()),
                 strict=True,
             )
         ]
@@ -324,7 +327,7 @@ class LSTM(RecurrentLayer):
             `LSTMCell`.
         kernel_constraint, recurrent_constraint, bias_constraint: As for
             `LSTMCell`.
-        dropout, recurrent_dropout, seed: As for `LSTMCell`.
+        dropout, recurrent_dropout, seed, weight_dropout: As for `LSTMCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step, not only the last.
             Default: `False`.
@@ -391,6 +394,7 @@ class LSTM(RecurrentLayer):
         dropout=0.0,
         recurrent_dropout=0.0,
         seed=None,
+        weight_dropout=0.0,
         return_sequences=False,
         return_state=False,
         go_backwards=False,
@@ -419,6 +423,7 @@ class LSTM(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            weight_dropout=weight_dropout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="lstm_cell",

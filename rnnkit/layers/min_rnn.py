@@ -32,13 +32,23 @@ class _InputGatedCell(RecurrentCell):
     side (Keras' layout), there is no `recurrent_kernel`, and `coefficients` gives a
     whole sequence's a_t and b_t."""
 
-    def __init__(self, units, activation="linear", recurrent_dropout=0.0, **kwargs):
-        if recurrent_dropout:
-            raise ValueError(
-                f"{type(self).__name__} has no recurrent weights, so no "
-                f"recurrent_dropout (received {recurrent_dropout!r}): use `dropout`, "
-                "which drops inputs."
-            )
+    def __init__(
+        self,
+        units,
+        activation="linear",
+        recurrent_dropout=0.0,
+        weight_dropout=0.0,
+        **kwargs,
+    ):
+        for name, rate in (
+            ("recurrent_dropout", recurrent_dropout),
+            ("weight_dropout", weight_dropout),
+        ):
+            if rate:
+                raise ValueError(
+                    f"{type(self).__name__} has no recurrent weights, so no {name} "
+                    f"(received {rate!r}): use `dropout`, which drops inputs."
+                )
         super().__init__(units, activation=activation, **kwargs)
         self.state_size = units
 
@@ -113,6 +123,7 @@ class _InputGatedCell(RecurrentCell):
             "recurrent_regularizer",
             "recurrent_constraint",
             "recurrent_dropout",
+            "weight_dropout",
         ):
             config.pop(key)
         return config

@@ -18,6 +18,8 @@ loops call), mostly docstrings; split apart, neither would read without the othe
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -88,6 +90,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         activation, use_bias, dropout, recurrent_dropout, seed: As for
             `keras.layers.SimpleRNNCell`, with the same defaults, as are the
             initializers, regularizers and constraints of the three weights.
+        weight_dropout: DropConnect on the recurrent kernel (Wan et al. 2013), as
+            AWD-LSTM's weight drop (Merity, Keskar & Socher 2018): in training, each
+            entry of `recurrent_kernel` is zeroed with this probability and the rest
+            scaled by 1 / (1 - rate), one mask per call shared by every step and
+            every sequence of the batch. Only the layer's own loop can hold a mask
+            for a whole sequence, so a training call of the cell alone (in
+            `keras.layers.RNN`) refuses it. Default: 0.
 
     A complete new cell, registered and used by name: docs/guides/own-cell.md.
     """
@@ -113,6 +122,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         dropout=0.0,
         recurrent_dropout=0.0,
         seed=None,
+        weight_dropout=0.0,
         **kwargs,
     ):
         if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
@@ -135,6 +145,8 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.dropout = check_rate("dropout", dropout)
         self.recurrent_dropout = check_rate("recurrent_dropout", recurrent_dropout)
+        self.weight_dropout = check_rate("weight_dropout", weight_dropout)
+        self._dropped_recurrent_kernel = None  # set by `dropped_weights` only
         self.seed = seed
         # None in the clone a shared compiled loop is made from (see _xla.making_clone).
         self.seed_generator = (
@@ -212,6 +224,30 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             return None
         return super().get_recurrent_dropout_mask(step_input)
 
+    def recurrent_kernel_in_use(self):
+        """The recurrent kernel the weights of this call are made of: inside
+        `dropped_weights` in training, the kernel with weight dropout's mask applied;
+        otherwise the variable."""
+        if self._dropped_recurrent_kernel is not None:
+            return self._dropped_recurrent_kernel
+        return self.recurrent_kernel
+
+    @contextlib.contextmanager
+    def dropped_weights(self, training):
+        """Within it, a training call's `gate_weights()` (and `bptt_weights()`,
+        `loop_weights()`) read the recurrent kernel with one weight-dropout mask,
+        drawn on entry (`weight_dropout`)."""
+        if not training or self.weight_dropout == 0 or _export.active():
+            yield
+            return
+        self._dropped_recurrent_kernel = keras.random.dropout(
+            self.recurrent_kernel.value, self.weight_dropout, seed=self.seed_generator
+        )
+        try:
+            yield
+        finally:
+            self._dropped_recurrent_kernel = None
+
     def dropout_masks(self, inputs, state, training):
         """The input and recurrent dropout masks for this sequence (or None)."""
         if not training:
@@ -257,6 +293,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         return self.gate_weights()
 
     def call(self, inputs, states, training=False):
+        if training and self.weight_dropout > 0 and not _export.active():
+            raise ValueError(
+                f"weight_dropout={self.weight_dropout} draws one mask of the recurrent "
+                "kernel per sequence, which only the layer's own loop holds; run the "
+                "cell in its rnnkit layer (e.g. rnnkit.layers.LSTM), not "
+                "keras.layers.RNN, or set weight_dropout=0."
+            )
         nested = isinstance(states, (list, tuple))
         states = list(states) if nested else [states]
         input_mask, recurrent_mask = self.dropout_masks(inputs, states[0], training)
@@ -300,6 +343,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
             "dropout": self.dropout,
             "recurrent_dropout": self.recurrent_dropout,
             "seed": self.seed,
+            "weight_dropout": self.weight_dropout,
         }
         return {**super().get_config(), **config}
 
@@ -399,6 +443,7 @@ class RecurrentLayer(keras.layers.RNN):
     bias_constraint = _CellArgument()
     dropout = _CellArgument()
     recurrent_dropout = _CellArgument()
+    weight_dropout = _CellArgument()
     reset_after = _CellArgument()
     seed = _CellArgument()
 

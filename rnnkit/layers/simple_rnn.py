@@ -33,6 +33,9 @@ class SimpleRNNCell(RecurrentCell):
             Default: 0.
         recurrent_dropout: Fraction of h_{t-1} to drop before W_hh. Default: 0.
         seed: Seed of the dropout masks. Default: `None`.
+        weight_dropout: Fraction of the recurrent kernel's entries to drop in
+            training, one mask per call (AWD-LSTM's weight drop; `RecurrentCell`).
+            Default: 0.
 
     Call arguments:
         inputs: x_t, shape (batch, input_dim).
@@ -61,7 +64,7 @@ class SimpleRNNCell(RecurrentCell):
     def gate_weights(self):
         """([W_xh; b_h] (or W_xh without bias), W_hh), in the compute dtype."""
         (kernel,) = self._split_gates(self.kernel)
-        (recurrent_kernel,) = self._split_gates(self.recurrent_kernel)
+        (recurrent_kernel,) = self._split_gates(self.recurrent_kernel_in_use())
         bias = self._split_gates(self.bias)[0] if self.use_bias else None
         return self._with_bias_row(kernel, bias), recurrent_kernel
 
@@ -139,7 +142,7 @@ class SimpleRNN(RecurrentLayer):
             `SimpleRNNCell`.
         kernel_constraint, recurrent_constraint, bias_constraint: As for
             `SimpleRNNCell`.
-        dropout, recurrent_dropout, seed: As for `SimpleRNNCell`.
+        dropout, recurrent_dropout, seed, weight_dropout: As for `SimpleRNNCell`.
         activity_regularizer: Regularizer of the output. Default: `None`.
         return_sequences: Return h_t for every step. Default: `False`.
         return_state: Also return the final h_T. Default: `False`.
@@ -195,6 +198,7 @@ class SimpleRNN(RecurrentLayer):
         dropout=0.0,
         recurrent_dropout=0.0,
         seed=None,
+        weight_dropout=0.0,
         return_sequences=False,
         return_state=False,
         go_backwards=False,
@@ -221,6 +225,7 @@ class SimpleRNN(RecurrentLayer):
             dropout=dropout,
             recurrent_dropout=recurrent_dropout,
             seed=seed,
+            weight_dropout=weight_dropout,
             dtype=kwargs.get("dtype"),
             trainable=kwargs.get("trainable", True),
             name="simple_rnn_cell",

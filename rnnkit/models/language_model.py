@@ -58,6 +58,9 @@ class LanguageModel(keras.Model):
             dropout on each branch). Default: "none".
         dropout: dropout rate on embeddings, between layers and before the output.
             Default: 0.
+        weight_dropout: the recurrent layers' `weight_dropout`: DropConnect on each
+            recurrent kernel, one mask per call (AWD-LSTM's weight drop; cells with
+            a recurrent kernel, stacked layers only). Default: 0.
         tie_weights: use the transposed embedding matrix as the output projection.
             Default: `False`.
         init_scale: > 0: uniform initialisation in [-init_scale, init_scale] of every
@@ -94,6 +97,7 @@ class LanguageModel(keras.Model):
         num_layers: int = 2,
         block: str = "none",
         dropout: float = 0.0,
+        weight_dropout: float = 0.0,
         tie_weights: bool = False,
         init_scale: float = 0.0,
         stateful: bool = False,
@@ -124,6 +128,15 @@ class LanguageModel(keras.Model):
             raise ValueError(
                 f"Argument `block` must be one of {BLOCKS}, received block={block!r}."
             )
+        if not 0.0 <= weight_dropout < 1.0:
+            raise ValueError(
+                f"Argument `weight_dropout` must be in [0, 1), got {weight_dropout}."
+            )
+        if block == "hawk" and weight_dropout > 0:
+            raise ValueError(
+                "weight_dropout drops the recurrent kernels of stacked layers "
+                "(block='none'); pass weight_dropout=0 with Hawk's blocks."
+            )
         if block == "hawk" and init_scale > 0:
             raise ValueError(
                 "init_scale applies to the plain stack (block='none'); Hawk's blocks "
@@ -144,6 +157,7 @@ class LanguageModel(keras.Model):
         self.num_layers = num_layers
         self.block = block
         self.dropout = float(dropout)
+        self.weight_dropout = float(weight_dropout)
         self.tie_weights = bool(tie_weights)
         self.init_scale = float(init_scale)
         self.stateful = bool(stateful)
@@ -178,6 +192,8 @@ class LanguageModel(keras.Model):
                     stateful=stateful,
                     name=f"{cell_type}_{index + 1}",
                     **self._recurrent_initializers(),
+                    # Passed only when set: cells without a recurrent kernel refuse it.
+                    **({"weight_dropout": weight_dropout} if weight_dropout else {}),
                 )
                 for index in range(num_layers)
             ]
@@ -302,6 +318,7 @@ class LanguageModel(keras.Model):
             "num_layers": self.num_layers,
             "block": self.block,
             "dropout": self.dropout,
+            "weight_dropout": self.weight_dropout,
             "tie_weights": self.tie_weights,
             "init_scale": self.init_scale,
             "stateful": self.stateful,

@@ -113,6 +113,8 @@ def test_save_and_reload_in_safe_mode(tmp_path):
         ({"dropout": 1.0}, "dropout"),
         ({"block": "griffin"}, "`block` must be one of"),
         ({"block": "hawk", "init_scale": 0.1}, "init_scale applies to the plain"),
+        ({"weight_dropout": 1.0}, "`weight_dropout` must be in"),
+        ({"block": "hawk", "weight_dropout": 0.1}, "pass weight_dropout=0 with"),
     ],
 )
 def test_bad_arguments_are_named(options, message):
@@ -146,3 +148,16 @@ def test_a_model_of_hawk_blocks_is_refused_where_only_layers_fit():
         language_model_step(model)
     with pytest.raises(ValueError, match="pre-train with model.block=none"):
         initialize_from_language_model(None, model)
+
+
+def test_weight_dropout_reaches_every_layer_and_acts_in_training_only():
+    model = tiny("gru", weight_dropout=0.5)
+    plain = tiny("gru")
+    plain.set_weights(model.get_weights())
+    assert [layer.weight_dropout for layer in model.recurrent_layers] == [0.5, 0.5]
+    ids = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    np.testing.assert_allclose(model(ids), plain(ids), rtol=1e-6, atol=1e-6)
+    trained = np.asarray(model(ids, training=True))
+    assert not np.allclose(trained, np.asarray(plain(ids, training=True)))
+    copy = model.with_batch_size(2)
+    assert copy.weight_dropout == 0.5

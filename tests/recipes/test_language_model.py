@@ -476,6 +476,14 @@ def test_spectral_norms_are_tracked_during_the_run(smoke_run):
         (["data.path=nowhere/ptb.{split}.txt"], "no such file"),
         (["data.limit=100", "train.batch_size=16"], "too few for one batch"),
         (["model.block=hawk", "model.init_scale=0.1"], "model.init_scale applies"),
+        (
+            ["model.cell_type=mingru", "model.weight_dropout=0.2"],
+            "model.weight_dropout: MinGRUCell has no recurrent weights",
+        ),
+        (
+            ["model.block=hawk", "model.cell_type=gru", "model.weight_dropout=0.2"],
+            "not Hawk's blocks",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, assignments, message):
