@@ -58,7 +58,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     - `build(input_shape)`: the weights, through `_add_kernels(input_dim)` and
       `_add_bias(shape, initializer)` (Keras' names and layout).
     - `gate_weights()`: the weights split per gate, in the compute dtype, with the
-      input biases as a last row of the input kernels (`_with_bias_row`).
+      input biases as a last row of the input kernels (`_with_bias_row`); the
+      recurrent kernel read through `recurrent_kernel_in_use()`, so that
+      `weight_dropout` reaches it.
     - `step(inputs, states, weights, input_mask=None, recurrent_mask=None)`: one step
       from `gate_weights()`, where `inputs` is [x_t, 1] (`augment_inputs`) and the
       masks are the dropout masks of the sequence (or None). Returns
