@@ -67,14 +67,20 @@ def language_model_config(config: SentimentConfig):
 
 
 def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
-    """Before any training: the language model must be recurrent, with the
-    classifier's cell type, units and embedding size (what the transfer copies);
-    otherwise a one-line error that names both values."""
+    """Before any training: the language model must be stacked recurrent layers,
+    with the classifier's cell type, units and embedding size (what the transfer
+    copies); otherwise a one-line error that names both values."""
     if stage_config.model.architecture != "rnn":
         raise ConfigError(
             f"model.pretrain: {path} trains a {stage_config.model.architecture} "
             "language model; the classifier starts from a recurrent one "
             '(model.architecture = "rnn")'
+        )
+    if stage_config.model.block != "none":
+        raise ConfigError(
+            f"model.pretrain: {path} trains a language model of "
+            f"{stage_config.model.block} blocks, whose weights have no place in the "
+            "classifier's recurrent layers (model.pretrain_set=model.block=none)"
         )
     for key in ("cell_type", "units", "embedding_dim"):
         ours, theirs = getattr(config.model, key), getattr(stage_config.model, key)

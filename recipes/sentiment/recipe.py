@@ -254,7 +254,6 @@ class SentimentRecipe(Recipe):
         self, model: keras.Model, data: SentimentData, config: SentimentConfig
     ) -> np.ndarray:
         """Class probabilities (n, K) of the test texts, computed once per model."""
-
         cached = self._predictions
         if cached is None or cached[0] is not model or cached[1] is not data:
             probabilities = _probabilities_by_length(

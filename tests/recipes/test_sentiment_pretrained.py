@@ -298,6 +298,13 @@ def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp
             },
             "trains a transformer language model",
         ),
+        (
+            {
+                "model.pretrain": str(word_file),
+                "model.pretrain_set": ("model.block=hawk",),
+            },
+            "trains a language model of hawk blocks",
+        ),
     ):
         config = sentiment_config(reviews, **values)
         with pytest.raises(config_lib.ConfigError, match=message):
