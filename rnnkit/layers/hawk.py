@@ -40,7 +40,7 @@ class HawkBlock(keras.layers.Layer):
         stateful: carry the recurrent state and the convolution's last
             `conv_width - 1` inputs from one call to the next (a fixed batch size;
             `reset_state()` clears them). Default: `False`.
-        seed: seed of the dropout masks and the recurrent layer's initialisers.
+        seed: seed of the dropout masks (the block's and its recurrent layer's).
 
     Call arguments:
         inputs: (batch, time, features).
