@@ -2,6 +2,7 @@
 
 The typed configuration of the recipe: one dataclass per section, each field with its
 default and help text; the command line's options come from the same fields.
+`check_settings` refuses, in one line, the settings that cannot work together.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from rnnkit.recipe import (
+    ConfigError,
     DataConfig,
     EvaluationConfig,
     RecipeConfig,
@@ -248,3 +250,69 @@ class LanguageModelConfig(RecipeConfig):
     evaluation: LanguageModelEvaluationConfig = section(
         LanguageModelEvaluationConfig, "Perplexity and sampling."
     )
+
+
+def check_settings(config: LanguageModelConfig) -> None:
+    """A `ConfigError` for settings that cannot work together."""
+    model = config.model
+    if model.architecture == "transformer":
+        if model.model_dim % model.num_heads:
+            raise ConfigError(
+                f"model.num_heads={model.num_heads} must divide "
+                f"model.model_dim={model.model_dim}"
+            )
+        if config.train.spectral_norm_every:
+            raise ConfigError(
+                "train.spectral_norm_every records the recurrent kernels' sigma_max, "
+                "and the Transformer has none; set it to 0"
+            )
+    elif model.weight_dropout > 0 and model.block != "none":
+        raise ConfigError(
+            "model.weight_dropout drops the recurrent kernels of stacked layers "
+            "(model.block=none), not Hawk's blocks: set model.weight_dropout=0"
+        )
+    elif model.weight_dropout > 0 and (refusal := _weight_dropout_refusal(model)):
+        raise ConfigError(f"model.weight_dropout: {refusal}")
+    elif model.block == "hawk" and model.init_scale > 0:
+        raise ConfigError(
+            "model.init_scale applies to model.block=none; Hawk's blocks keep their "
+            "own initialisers: set model.init_scale=0"
+        )
+    elif (
+        model.tie_weights
+        and model.block == "none"
+        and model.units != model.embedding_dim
+    ):
+        raise ConfigError(
+            "model.tie_weights needs model.units == model.embedding_dim, got "
+            f"{model.units} and {model.embedding_dim}"
+        )
+    if config.train.lr_schedule == "noam" and config.train.lr_decay != 1.0:
+        raise ConfigError(
+            f"train.lr_schedule=noam has its own decay; train.lr_decay="
+            f"{config.train.lr_decay:g} would be ignored: set it to 1, or "
+            "train.lr_schedule=constant"
+        )
+    data = config.data
+    if data.vocabulary_size == 1:
+        raise ConfigError(
+            "data.vocabulary_size=1 keeps only <unk>, so every token is unknown; "
+            "set it to 0 (all tokens) or at least 2"
+        )
+    if data.validation_fraction + data.test_fraction >= 1:
+        raise ConfigError(
+            "data.validation_fraction + data.test_fraction must be below 1, got "
+            f"{data.validation_fraction} + {data.test_fraction}"
+        )
+
+
+def _weight_dropout_refusal(model) -> str | None:
+    """Why the cell of `model.cell_type` takes no `model.weight_dropout` (a cell
+    without a recurrent kernel), or None."""
+    from rnnkit.layers import get_recurrent
+
+    try:
+        get_recurrent(model.cell_type)(1, weight_dropout=model.weight_dropout)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None

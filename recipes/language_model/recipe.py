@@ -49,6 +49,7 @@ from rnnkit_recipes.language_model.config import (
     TRANSFORMER_MODEL_FIELDS,
     LanguageModelConfig,
     carries_state,
+    check_settings,
 )
 
 from rnnkit.recipe import (
@@ -88,12 +89,12 @@ class LanguageModelRecipe(Recipe):
 
     def check_config(self, config: LanguageModelConfig) -> None:
         super().check_config(config)
-        _check(config)
+        check_settings(config)
 
     def load_data(self, config: LanguageModelConfig) -> LanguageModelData:
         from rnnkit_recipes.language_model import data
 
-        _check(config)
+        check_settings(config)
         loaded = data.load(config)
         log.info(
             "%s: %d %s tokens (%d train / %d validation / %d test), vocabulary %d",
@@ -126,7 +127,7 @@ class LanguageModelRecipe(Recipe):
         from rnnkit.models.language_model import LanguageModel
         from rnnkit.models.transformer_language_model import TransformerLanguageModel
 
-        _check(config)
+        check_settings(config)
         train = config.train
         truncated = carries_state(config)
         if truncated and keras.backend.backend() == "tensorflow":
@@ -352,71 +353,6 @@ def _forward_only(config: LanguageModelConfig) -> None:
             "and pre-trains, but does not continue a prompt; sample from a forward "
             "model"
         )
-
-
-def _check(config: LanguageModelConfig) -> None:
-    model = config.model
-    if model.architecture == "transformer":
-        if model.model_dim % model.num_heads:
-            raise ConfigError(
-                f"model.num_heads={model.num_heads} must divide "
-                f"model.model_dim={model.model_dim}"
-            )
-        if config.train.spectral_norm_every:
-            raise ConfigError(
-                "train.spectral_norm_every records the recurrent kernels' sigma_max, "
-                "and the Transformer has none; set it to 0"
-            )
-    elif model.weight_dropout > 0 and model.block != "none":
-        raise ConfigError(
-            "model.weight_dropout drops the recurrent kernels of stacked layers "
-            "(model.block=none), not Hawk's blocks: set model.weight_dropout=0"
-        )
-    elif model.weight_dropout > 0 and (refusal := _weight_dropout_refusal(model)):
-        raise ConfigError(f"model.weight_dropout: {refusal}")
-    elif model.block == "hawk" and model.init_scale > 0:
-        raise ConfigError(
-            "model.init_scale applies to model.block=none; Hawk's blocks keep their "
-            "own initialisers: set model.init_scale=0"
-        )
-    elif (
-        model.tie_weights
-        and model.block == "none"
-        and model.units != model.embedding_dim
-    ):
-        raise ConfigError(
-            "model.tie_weights needs model.units == model.embedding_dim, got "
-            f"{model.units} and {model.embedding_dim}"
-        )
-    if config.train.lr_schedule == "noam" and config.train.lr_decay != 1.0:
-        raise ConfigError(
-            f"train.lr_schedule=noam has its own decay; train.lr_decay="
-            f"{config.train.lr_decay:g} would be ignored: set it to 1, or "
-            "train.lr_schedule=constant"
-        )
-    data = config.data
-    if data.vocabulary_size == 1:
-        raise ConfigError(
-            "data.vocabulary_size=1 keeps only <unk>, so every token is unknown; "
-            "set it to 0 (all tokens) or at least 2"
-        )
-    if data.validation_fraction + data.test_fraction >= 1:
-        raise ConfigError(
-            "data.validation_fraction + data.test_fraction must be below 1, got "
-            f"{data.validation_fraction} + {data.test_fraction}"
-        )
-
-
-def _weight_dropout_refusal(model) -> str | None:
-    """Why the cell of `model.cell_type` takes no `model.weight_dropout` (a cell
-    without a recurrent kernel), or None."""
-    from rnnkit.layers import get_recurrent
-
-    try:
-        get_recurrent(model.cell_type)(1, weight_dropout=model.weight_dropout)
-    except (TypeError, ValueError) as error:
-        return str(error)
-    return None
 
 
 # -- Training pieces -----------------------------------------------------------------
