@@ -76,18 +76,15 @@ def export_plan(
             "model_dim": model.model_dim,
         }
     else:
-        if getattr(model, "block", "none") != "none":
-            from rnnkit.errors import ConfigError
-
-            raise ConfigError(
-                f"a language model of {model.block} blocks has no step export yet "
-                "(its blocks carry the convolution's inputs besides the recurrent "
-                "state); train with model.block=none to export one"
-            )
         # The step passes its states in and out as tensors: it is built on a
         # stateless copy (same weights), which the converters accept.
         stateless = model.with_batch_size(None, stateful=False)
-        step, inputs, outputs = language_model_step(stateless)
+        try:
+            step, inputs, outputs = language_model_step(stateless)
+        except ValueError as refused:  # a model the step cannot be made of
+            from rnnkit.errors import ConfigError
+
+            raise ConfigError(str(refused)) from None
         architecture = {
             "architecture": "rnn",
             "cell_type": model.cell_type,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from rnnkit.layers.registry import get_recurrent
+from rnnkit.layers.registry import recurrent_layer_class
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
@@ -81,13 +81,7 @@ class HawkBlock(keras.layers.Layer):
             raise ValueError(
                 f"Argument `dropout` must be in [0, 1), received dropout={dropout!r}."
             )
-        try:
-            layer_class = get_recurrent(cell_type)
-        except ValueError as error:
-            raise ValueError(
-                f"Argument `cell_type` must name a registered recurrent layer "
-                f"({error}), received cell_type={cell_type!r}."
-            ) from None
+        layer_class = recurrent_layer_class(cell_type)
         self.units = units
         self.cell_type = cell_type
         self.conv_width = conv_width

@@ -50,6 +50,19 @@ def get_recurrent(name: str) -> type:
     return found[name].load()
 
 
+def recurrent_layer_class(cell_type: str) -> type:
+    """The recurrent layer class registered as `cell_type`, for a layer's or model's
+    argument of that name: an unknown name is a `ValueError` that names the argument
+    and the value received."""
+    try:
+        return get_recurrent(cell_type)
+    except ValueError as error:
+        raise ValueError(
+            f"Argument `cell_type` must name a registered recurrent layer ({error}), "
+            f"received cell_type={cell_type!r}."
+        ) from None
+
+
 def recurrent_layer_names() -> list[str]:
     """Every registered name, sorted: the entry points and `register_recurrent`'s
     (`rnnkit.registry.recurrent_names`)."""

@@ -6,21 +6,7 @@ Every model accepts the name of any registered recurrent layer
 
 from __future__ import annotations
 
-from rnnkit.layers import get_recurrent
-
-
-def recurrent_layer_class(cell_type: str) -> type:
-    """The recurrent layer class registered as `cell_type`.
-
-    An unknown name is a `ValueError` that names the argument and the value received.
-    """
-    try:
-        return get_recurrent(cell_type)
-    except ValueError as error:
-        raise ValueError(
-            f"Argument `cell_type` must name a registered recurrent layer ({error}), "
-            f"received cell_type={cell_type!r}."
-        ) from None
+from rnnkit.layers.registry import recurrent_layer_class
 
 
 def recurrent_cell_class(cell_type: str) -> type:
