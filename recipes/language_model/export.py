@@ -7,6 +7,9 @@ also `serving_default`; LiteRT / ONNX file `step`):
                  = id; an unknown token is id 0, `<unk>`)
     h_0 [, c_0]  float32 (batch, units) per layer (an LSTM has h and c, a GRU h):
                  the states, zeros at the start of a text
+    conv_0 ...   float32 (batch, conv_width - 1, units) per block, only in a model
+                 of Hawk's blocks (notes: block "hawk"): each block's last
+                 convolution inputs, oldest first, zeros at the start of a text
  -> logits       float32 (batch, vocabulary): the next token's logits
     next_h_0 ... the states after this token, fed back as h_0 ... at the next step
 
@@ -79,14 +82,10 @@ def export_plan(
         # The step passes its states in and out as tensors: it is built on a
         # stateless copy (same weights), which the converters accept.
         stateless = model.with_batch_size(None, stateful=False)
-        try:
-            step, inputs, outputs = language_model_step(stateless)
-        except ValueError as refused:  # a model the step cannot be made of
-            from rnnkit.errors import ConfigError
-
-            raise ConfigError(str(refused)) from None
+        step, inputs, outputs = language_model_step(stateless)
         architecture = {
             "architecture": "rnn",
+            "block": model.block,
             "cell_type": model.cell_type,
             "layers": model.num_layers,
             "units": model.units,

@@ -30,6 +30,7 @@ from rnnkit.export.plan import Tensor
 from rnnkit.models._recurrent import states_per_cell
 
 NEXT = "next_"
+ZERO_STATE = "recurrent state, zeros at the start"
 
 
 def cell_state_names(cell: Any, index: int) -> list[str]:
@@ -53,36 +54,59 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
     """One step of a `rnnkit.models.LanguageModel`.
 
     Inputs: "token" int32 (batch,), then each layer's states ("h_0", "c_0" for an
-    LSTM, ...) float32 (batch, units), zeros at the start of a text. Outputs:
-    "logits" float32 (batch, vocabulary) for the next token, and "next_h_0", ...
+    LSTM, ...) float32 (batch, units), zeros at the start of a text; a model of
+    Hawk's blocks (`block="hawk"`) also takes each block's convolution inputs
+    "conv_0", ... float32 (batch, conv_width - 1, units), zeros at the start too.
+    Outputs: "logits" float32 (batch, vocabulary) for the next token, and
+    "next_h_0", ... (and "next_conv_0", ...).
     """
-    if getattr(model, "block", "none") != "none":
-        raise ValueError(
-            f"a language model of {model.block} blocks has no step export yet "
-            "(its blocks carry the convolution's inputs besides the recurrent "
-            "state); train with model.block=none to export one"
-        )
-    names = [
-        cell_state_names(layer.cell, index)
+    hawk = getattr(model, "block", "none") == "hawk"
+    cells = [
+        layer.recurrent.cell if hawk else layer.cell for layer in model.recurrent_layers
+    ]
+    names = [cell_state_names(cell, index) for index, cell in enumerate(cells)]
+    conv_names = [
+        f"conv_{index}" if hawk and layer.conv_width > 1 else None
         for index, layer in enumerate(model.recurrent_layers)
     ]
 
     def step(values: dict) -> dict:
         x = model.embedding(ops.cast(values["token"], "int32"))  # (batch, E)
         outputs = {}
-        for layer, layer_names in zip(model.recurrent_layers, names, strict=True):
+        for layer, layer_names, conv_name in zip(
+            model.recurrent_layers, names, conv_names, strict=True
+        ):
             states = [ops.cast(values[name], "float32") for name in layer_names]
-            x, states = _cell_step(layer.cell, x, states)  # (batch, units)
+            if hawk:
+                conv = values[conv_name] if conv_name else _no_taps(layer, x)
+                x, conv, states = layer.step(x, conv, states)  # (batch, E)
+                if conv_name:
+                    outputs[NEXT + conv_name] = ops.cast(conv, "float32")
+            else:
+                x, states = _cell_step(layer.cell, x, states)  # (batch, units)
             for name, state in zip(layer_names, states, strict=True):
                 outputs[NEXT + name] = ops.cast(state, "float32")
+        if hawk:
+            x = model.final_norm(x)
         return {"logits": ops.cast(model.logits(x), "float32"), **outputs}
 
     units = model.units
-    state_inputs = [
-        Tensor(name, "float32", (None, units), "recurrent state, zeros at the start")
-        for layer_names in names
-        for name in layer_names
-    ]
+    state_inputs = []
+    for layer, layer_names, conv_name in zip(
+        model.recurrent_layers, names, conv_names, strict=True
+    ):
+        state_inputs += [
+            Tensor(name, "float32", (None, units), ZERO_STATE) for name in layer_names
+        ]
+        if conv_name:
+            state_inputs.append(
+                Tensor(
+                    conv_name,
+                    "float32",
+                    (None, layer.conv_width - 1, units),
+                    "the convolution's last inputs, oldest first; zeros at the start",
+                )
+            )
     inputs = [Tensor("token", "int32", (None,), "the current token id"), *state_inputs]
     outputs = [
         Tensor("logits", "float32", (None, model.vocabulary_size), "next-token logits"),
@@ -92,6 +116,11 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
         ],
     ]
     return step, inputs, outputs
+
+
+def _no_taps(block: Any, x):
+    """The convolution inputs of a block that keeps none (conv_width 0 or 1)."""
+    return ops.zeros((ops.shape(x)[0], 0, block.units), dtype=x.dtype)
 
 
 def transformer_language_model_step(

@@ -176,9 +176,7 @@ class HawkBlock(keras.layers.Layer):
     def call(self, inputs, training=False):
         x = inputs
         normed = self.temporal_norm(x)
-        gate = ops.gelu(
-            ops.matmul(normed, self._weight(self.gate_kernel)), approximate=False
-        )
+        gate = _gelu(ops.matmul(normed, self._weight(self.gate_kernel)))
         mixed = self.recurrent(
             self.convolve(ops.matmul(normed, self._weight(self.input_kernel))),
             training=training,
@@ -188,11 +186,56 @@ class HawkBlock(keras.layers.Layer):
         )
         y = x + self.dropouts[0](branch, training=training)
         normed = self.mlp_norm(y)
-        hidden = ops.gelu(
-            ops.matmul(normed, self._weight(self.mlp_gate_kernel)), approximate=False
+        hidden = _gelu(
+            ops.matmul(normed, self._weight(self.mlp_gate_kernel))
         ) * ops.matmul(normed, self._weight(self.mlp_input_kernel))
         branch = ops.matmul(hidden, self._weight(self.mlp_output_kernel))
         return y + self.dropouts[1](branch, training=training)
+
+    def step(self, inputs, conv_inputs, states):
+        """One step of the block, for generation one token at a time (no dropout).
+
+        Args:
+            inputs: (batch, features), the step's input.
+            conv_inputs: (batch, conv_width - 1, units), the convolution's inputs at
+                the previous steps, oldest first (zeros at the start of a sequence);
+                ignored without a convolution (`conv_width` 0).
+            states: the recurrent cell's states (`[h]`, or `[h, c]` for an LSTM),
+                each (batch, units), float32.
+
+        Returns:
+            `(outputs, conv_inputs, states)`: the block's output (batch, features)
+            and what the next step takes. Fed a sequence step by step from zeros,
+            the outputs are the block's `call` on the whole sequence.
+        """
+        inputs = ops.cast(inputs, self.compute_dtype)
+        normed = self.temporal_norm(inputs)
+        gate = _gelu(ops.matmul(normed, self._weight(self.gate_kernel)))
+        u = ops.matmul(normed, self._weight(self.input_kernel))  # (batch, units)
+        if self.conv_width:
+            window = ops.concatenate(
+                [ops.cast(conv_inputs, u.dtype), u[:, None, :]], axis=1
+            )  # (batch, conv_width, units), oldest first
+            kernel = ops.cast(self.conv_kernel, u.dtype)
+            u = ops.cast(self.conv_bias, u.dtype)
+            for k in range(self.conv_width):
+                u = u + window[:, k, :] * kernel[k]
+            conv_inputs = window[:, 1:, :]
+        cell = self.recurrent.cell
+        mixed, states = cell.step(
+            cell.augment_inputs(ops.cast(u, cell.compute_dtype)),
+            list(states),
+            cell.gate_weights(),
+        )
+        y = inputs + ops.matmul(
+            gate * ops.cast(mixed, gate.dtype), self._weight(self.output_kernel)
+        )
+        normed = self.mlp_norm(y)
+        hidden = _gelu(
+            ops.matmul(normed, self._weight(self.mlp_gate_kernel))
+        ) * ops.matmul(normed, self._weight(self.mlp_input_kernel))
+        y = y + ops.matmul(hidden, self._weight(self.mlp_output_kernel))
+        return y, conv_inputs, states
 
     def _weight(self, variable):
         return ops.cast(variable, self.compute_dtype)
@@ -225,6 +268,12 @@ class _Carried:
     """Holds the convolution's carried inputs outside Keras' weight tracking."""
 
     inputs = None
+
+
+def _gelu(x):
+    """The exact GeLU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, written with erf:
+    TensorFlow's own (`ops.gelu`) takes erfc, which ONNX lacks."""
+    return 0.5 * x * (1.0 + ops.erf(x * 0.7071067811865476))
 
 
 def _last_tap(shape, dtype=None):

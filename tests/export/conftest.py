@@ -78,11 +78,19 @@ QUICK["language_model_transformer"] = [
     "--set",
     "train.bptt=16",  # the Transformer's context: its cache's positions
 ]
+# Hawk's blocks of minLSTM: the step carries each block's convolution inputs too.
+QUICK["language_model_hawk"] = [
+    *QUICK["language_model"],
+    "--set", "model.block=hawk",
+    "--set", "model.cell_type=minlstm",
+    "--set", "model.embedding_dim=16",
+    "--set", "model.units=16",
+]  # fmt: skip
 
 
 def trained_run(folder: Path, name: str) -> Path:
-    """The run `name` of QUICK: a recipe, or RECIPE_transformer."""
-    recipe = name.removesuffix("_transformer")
+    """The run `name` of QUICK: a recipe, or RECIPE_transformer (RECIPE_hawk)."""
+    recipe = name.removesuffix("_transformer").removesuffix("_hawk")
     run_dir = folder / name
     config = ROOT / "recipes" / recipe / "configs" / "smoke.toml"
     # The captioning run's decoded images go to the test's folder, not the user's.
@@ -97,8 +105,8 @@ def trained_run(folder: Path, name: str) -> Path:
 
 @pytest.fixture(scope="package")
 def runs(tmp_path_factory):
-    """{run name (a recipe, or RECIPE_transformer): run directory}, each trained
-    on first use, once in the session (made_once: pytest-xdist hands a recipe's
+    """{run name (a recipe, RECIPE_transformer or RECIPE_hawk): run directory}, each
+    trained on first use, once in the session (made_once: pytest-xdist hands a recipe's
     export tests to several workers). The tests read the runs and export to their
     own folders."""
 

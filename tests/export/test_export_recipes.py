@@ -211,28 +211,35 @@ def stepped(step, ids, state) -> tuple[np.ndarray, dict]:
     return np.stack(logits, 1), state
 
 
-@pytest.mark.parametrize("run", ["language_model", "language_model_transformer"])
+LANGUAGE_MODELS = [
+    "language_model",
+    "language_model_transformer",
+    "language_model_hawk",
+]
+
+
+@pytest.mark.parametrize("run", LANGUAGE_MODELS)
 def test_language_model_step_is_the_model_one_token_at_a_time(runs, run):
     _, _, model = runner.load_run(runs(run), registry.load)
     step, inputs, _ = language_model_step(model)
     ids = np.random.default_rng(0).integers(0, model.vocabulary_size, (3, 15))
-    if run == "language_model":
+    if run != "language_model_transformer":
         model = model.with_batch_size(None, stateful=False)
     expected = np.asarray(model(ids))
     logits, _ = stepped(step, ids, zero_state(inputs, 3))
     np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("run", ["language_model", "language_model_transformer"])
+@pytest.mark.parametrize("run", LANGUAGE_MODELS)
 @pytest.mark.parametrize("format", FORMATS)
 def test_language_model_step(runs, run, format, tmp_path):
     _, _, model = runner.load_run(runs(run), registry.load)
     step, inputs, _ = language_model_step(model)
     rng = np.random.default_rng(1)
     feeds = {"token": rng.integers(0, model.vocabulary_size, (4,)).astype("int32")}
-    if run == "language_model":
+    if run != "language_model_transformer":  # states anywhere in their range
         for tensor in inputs[1:]:
-            shape = (4, tensor.shape[1])
+            shape = (4, *tensor.shape[1:])
             feeds[tensor.name] = rng.uniform(-1, 1, shape).astype("float32")
     else:  # the cache in the middle of a text: five tokens read
         prefix = rng.integers(0, model.vocabulary_size, (4, 5))

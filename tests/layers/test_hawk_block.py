@@ -114,6 +114,27 @@ def test_a_stateful_block_streams_a_sequence_in_pieces(cell_type, conv_width):
         stream.reset_state()
 
 
+@pytest.mark.parametrize(
+    "cell_type, conv_width", [("rglru", 4), ("minlstm", 1), ("lstm", 0)]
+)
+def test_the_step_fed_token_by_token_is_the_call(cell_type, conv_width):
+    """`step` from zeros, one step at a time (what an exported generator runs),
+    gives the block's outputs on the whole sequence, random weights throughout."""
+    x = _inputs(seed=3, steps=7).astype("float32")
+    block = HawkBlock(UNITS, cell_type=cell_type, conv_width=conv_width, seed=4)
+    block.build((None, None, FEATURES))
+    _randomised(block, seed=6)
+    expected = keras.ops.convert_to_numpy(block(x))
+    conv_inputs = np.zeros((BATCH, max(conv_width - 1, 0), UNITS), "float32")
+    states = block.recurrent.cell.get_initial_state(BATCH)
+    outputs = []
+    for t in range(x.shape[1]):
+        y, conv_inputs, states = block.step(x[:, t], conv_inputs, states)
+        outputs.append(keras.ops.convert_to_numpy(y))
+    assert len(states) == (2 if cell_type == "lstm" else 1)
+    np.testing.assert_allclose(np.stack(outputs, 1), expected, atol=1e-5)
+
+
 def test_the_config_and_a_reload_keep_the_block(tmp_path):
     layer = HawkBlock(
         UNITS, cell_type="mingru", conv_width=2, expansion=2, dropout=0.1, seed=5

@@ -139,13 +139,36 @@ def test_hawk_blocks_keep_the_embeddings_width_and_reload(tmp_path):
     np.testing.assert_allclose(reloaded(ids), model(ids), rtol=1e-6, atol=1e-6)
 
 
-def test_a_model_of_hawk_blocks_is_refused_where_only_layers_fit():
+@pytest.mark.parametrize("cell_type", ["rglru", "lstm"])
+def test_the_step_of_hawk_blocks_is_the_model_one_token_at_a_time(cell_type):
+    """The exported step of a model of Hawk's blocks carries each block's
+    convolution inputs and recurrent states: fed a text token by token from zeros,
+    its logits are the model's on the whole text."""
     from rnnkit.export.steps import language_model_step
+
+    model = tiny(cell_type, block="hawk", units=9)
+    step, inputs, outputs = language_model_step(model)
+    per_block = ["h_{i}", "c_{i}"] if cell_type == "lstm" else ["h_{i}"]
+    per_block.append("conv_{i}")
+    names = [name.format(i=i) for i in range(2) for name in per_block]
+    assert [t.name for t in inputs] == ["token", *names]
+    assert [t.name for t in outputs] == ["logits", *("next_" + n for n in names)]
+    ids = np.random.default_rng(0).integers(0, len(TOKENS), (2, 6))
+    state = {t.name: np.zeros((2, *t.shape[1:]), "float32") for t in inputs[1:]}
+    logits = []
+    for t in range(ids.shape[1]):
+        result = step({"token": ids[:, t].astype("int32"), **state})
+        logits.append(np.asarray(result["logits"]))
+        state = {name: np.asarray(result["next_" + name]) for name in state}
+    np.testing.assert_allclose(
+        np.stack(logits, 1), np.asarray(model(ids)), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_a_model_of_hawk_blocks_is_refused_where_only_layers_fit():
     from rnnkit.models.transfer import initialize_from_language_model
 
     model = tiny("rglru", block="hawk")
-    with pytest.raises(ValueError, match="has no step export yet"):
-        language_model_step(model)
     with pytest.raises(ValueError, match="pre-train with model.block=none"):
         initialize_from_language_model(None, model)
 

@@ -362,8 +362,6 @@ def test_hawk_blocks_train_evaluate_and_generate(tmp_path):
     assert text.startswith("the time traveller") and len(text) == 18 + 30
     result = invoke("diagnose", str(run_dir))
     assert "reads the gradients and recurrent kernels of stacked" in error_line(result)
-    result = invoke("export", str(run_dir), "--format", "onnx")
-    assert "has no step export yet" in error_line(result)
 
 
 def test_diagnose_writes_into_the_run_directory(smoke_run):
