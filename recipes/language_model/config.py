@@ -118,6 +118,18 @@ class LanguageModelModelConfig(TransformerModelConfig):
         at_least=0.0,
         below=1.0,
     )
+    locked_dropout: bool = field(
+        False,
+        help="rnn: one model.dropout mask per sequence, shared by all its steps "
+        "(variational dropout, as AWD-LSTM), instead of one per step.",
+    )
+    embedding_dropout: float = field(
+        0.0,
+        help="rnn: drop whole tokens in training: every position of a dropped "
+        "token's embedding is zero in that batch (AWD-LSTM's embedding dropout).",
+        at_least=0.0,
+        below=1.0,
+    )
     tie_weights: bool = field(
         False,
         help="Output projection = transposed embedding matrix (the RNN needs units "
@@ -145,6 +157,8 @@ RNN_MODEL_FIELDS = (
     "init_scale",
     "block",
     "weight_dropout",
+    "locked_dropout",
+    "embedding_dropout",
 )
 TRANSFORMER_MODEL_FIELDS = (
     "model_dim",
@@ -266,6 +280,12 @@ def check_settings(config: LanguageModelConfig) -> None:
                 "train.spectral_norm_every records the recurrent kernels' sigma_max, "
                 "and the Transformer has none; set it to 0"
             )
+        for name in ("weight_dropout", "embedding_dropout", "locked_dropout"):
+            if getattr(model, name):
+                raise ConfigError(
+                    f"model.{name} is a setting of the recurrent model "
+                    f"(model.architecture=rnn); leave it out for the Transformer"
+                )
     elif model.weight_dropout > 0 and model.block != "none":
         raise ConfigError(
             "model.weight_dropout drops the recurrent kernels of stacked layers "

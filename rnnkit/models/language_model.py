@@ -11,7 +11,10 @@ gated MLP, residual connections) on the embeddings' width, then an RMSNorm:
         -> Dropout -> logits
 
 Dropout sits on the non-recurrent connections only (Zaremba, Sutskever & Vinyals 2014):
-on the embeddings, between layers and before the output projection. With
+on the embeddings, between layers and before the output projection; with
+`locked_dropout` each sequence keeps one mask for all its steps (variational dropout,
+Gal & Ghahramani 2016), and `embedding_dropout` drops whole tokens (every position of
+a dropped token, as AWD-LSTM's embedding dropout does; Merity et al. 2018). With
 `tie_weights` the output projection is the transposed embedding matrix plus a bias
 (Press & Wolf 2017; Inan et al. 2017), which needs the last layer's `units` equal to
 `embedding_dim`. With `init_scale > 0` every weight starts uniform in
@@ -58,6 +61,14 @@ class LanguageModel(keras.Model):
             dropout on each branch). Default: "none".
         dropout: dropout rate on embeddings, between layers and before the output.
             Default: 0.
+        locked_dropout: one `dropout` mask per sequence and feature, shared by all
+            its steps (variational dropout), instead of one per step; with Hawk's
+            blocks it applies to the embeddings and the final states (the blocks'
+            own dropout stays per step). Default: `False`.
+        embedding_dropout: the rate at which whole tokens are dropped: in training,
+            one draw per vocabulary entry and batch zeroes every position of a
+            dropped token's embedding, the others scaled by 1 / (1 - rate) (before
+            `dropout`). Default: 0.
         weight_dropout: the recurrent layers' `weight_dropout`: DropConnect on each
             recurrent kernel, one mask per call (AWD-LSTM's weight drop; cells with
             a recurrent kernel, stacked layers only). Default: 0.
@@ -98,6 +109,8 @@ class LanguageModel(keras.Model):
         block: str = "none",
         dropout: float = 0.0,
         weight_dropout: float = 0.0,
+        locked_dropout: bool = False,
+        embedding_dropout: float = 0.0,
         tie_weights: bool = False,
         init_scale: float = 0.0,
         stateful: bool = False,
@@ -128,10 +141,12 @@ class LanguageModel(keras.Model):
             raise ValueError(
                 f"Argument `block` must be one of {BLOCKS}, received block={block!r}."
             )
-        if not 0.0 <= weight_dropout < 1.0:
-            raise ValueError(
-                f"Argument `weight_dropout` must be in [0, 1), got {weight_dropout}."
-            )
+        for name, value in (
+            ("weight_dropout", weight_dropout),
+            ("embedding_dropout", embedding_dropout),
+        ):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"Argument `{name}` must be in [0, 1), got {value}.")
         if block == "hawk" and weight_dropout > 0:
             raise ValueError(
                 "weight_dropout drops the recurrent kernels of stacked layers "
@@ -158,6 +173,8 @@ class LanguageModel(keras.Model):
         self.block = block
         self.dropout = float(dropout)
         self.weight_dropout = float(weight_dropout)
+        self.locked_dropout = bool(locked_dropout)
+        self.embedding_dropout = float(embedding_dropout)
         self.tie_weights = bool(tie_weights)
         self.init_scale = float(init_scale)
         self.stateful = bool(stateful)
@@ -200,11 +217,16 @@ class LanguageModel(keras.Model):
         self.dropouts = [
             keras.layers.Dropout(
                 dropout,
+                # (batch, 1, features): one mask for every step of a sequence.
+                noise_shape=(None, 1, None) if self.locked_dropout else None,
                 seed=None if seed is None else seed + index,
                 name=f"dropout_{index}",
             )
             for index in range(num_layers + 1)
         ]
+        self._token_seeds = keras.random.SeedGenerator(
+            None if seed is None else seed + 1000
+        )
         self.output_projection = None
         if not tie_weights:
             self.output_projection = keras.layers.Dense(
@@ -258,8 +280,7 @@ class LanguageModel(keras.Model):
         self.built = True
 
     def call(self, ids, training=False):
-        hidden = self.embedding(ids)  # (batch, time, embedding_dim)
-        hidden = self.dropouts[0](hidden, training=training)
+        hidden = self.embed(ids, training=training)
         if self.block == "hawk":
             for layer in self.recurrent_layers:
                 hidden = layer(hidden, training=training)
@@ -271,6 +292,19 @@ class LanguageModel(keras.Model):
             hidden = layer(hidden, training=training)  # (batch, time, units)
             hidden = dropout(hidden, training=training)
         return self.logits(hidden)
+
+    def embed(self, ids, training=False):
+        """The embeddings of `ids` (batch, time, embedding_dim) after the
+        embedding dropout and the first dropout (both in training only)."""
+        hidden = self.embedding(ids)
+        if training and self.embedding_dropout > 0:
+            rate = self.embedding_dropout
+            draws = keras.random.uniform(
+                (self.vocabulary_size,), seed=self._token_seeds
+            )
+            scale = ops.cast(draws >= rate, hidden.dtype) / (1.0 - rate)
+            hidden = hidden * ops.take(scale, ids)[..., None]
+        return self.dropouts[0](hidden, training=training)
 
     def logits(self, hidden):
         """Next-token logits (..., vocabulary) from last-layer states (..., units)."""
@@ -319,6 +353,8 @@ class LanguageModel(keras.Model):
             "block": self.block,
             "dropout": self.dropout,
             "weight_dropout": self.weight_dropout,
+            "locked_dropout": self.locked_dropout,
+            "embedding_dropout": self.embedding_dropout,
             "tie_weights": self.tie_weights,
             "init_scale": self.init_scale,
             "stateful": self.stateful,

@@ -173,6 +173,46 @@ def test_a_model_of_hawk_blocks_is_refused_where_only_layers_fit():
         initialize_from_language_model(None, model)
 
 
+def test_embedding_dropout_drops_whole_tokens_in_training_only():
+    """One draw per vocabulary entry and call: every position of a token is dropped
+    or kept (and scaled by 1 / (1 - rate)) together; about `rate` of the tokens
+    go; nothing changes outside training."""
+    tokens = [f"w{i}" for i in range(400)]
+    keras.utils.set_random_seed(3)
+    model = LanguageModel(
+        tokens, embedding_dim=4, units=4, num_layers=1, embedding_dropout=0.25, seed=7
+    )
+    model.build()
+    ids = np.tile(np.arange(400), (2, 3))  # every token 6 times, in both rows
+    plain = np.asarray(model.embedding(ids))
+    np.testing.assert_array_equal(np.asarray(model.embed(ids)), plain)
+    ratio = np.asarray(model.embed(ids, training=True)) / plain  # (2, 1200, 4)
+    per_token = ratio[..., 0].reshape(-1, 400)  # each token's 6 positions
+    assert np.allclose(per_token, per_token[:1])  # dropped or kept together
+    assert np.allclose(ratio, ratio[..., :1])  # the whole embedding
+    kept = np.isclose(per_token[0], 1 / 0.75, rtol=1e-5)
+    assert np.all(kept | (per_token[0] == 0))
+    assert 0.15 < 1 - kept.mean() < 0.35
+    again = np.asarray(model.embed(ids, training=True))[0, :400, 0] / plain[0, :400, 0]
+    assert not np.array_equal(again == 0, per_token[0] == 0)  # a new draw per call
+    copy = model.with_batch_size(None, stateful=False)
+    assert copy.embedding_dropout == 0.25
+
+
+@pytest.mark.parametrize("block", ["none", "hawk"])
+def test_locked_dropout_keeps_one_mask_for_every_step(block):
+    """With locked_dropout each sequence's dropped features are the same at every
+    step (variational dropout); without it they differ from step to step."""
+    ids = np.tile(np.arange(1, 9), (3, 4))  # (3, 32)
+    for locked in (True, False):
+        model = tiny(dropout=0.5, locked_dropout=locked, block=block, seed=1)
+        dropped = np.asarray(model.embed(ids, training=True)) == 0  # (3, 32, 6)
+        same = np.all(dropped == dropped[:, :1], axis=1)
+        assert same.all() == locked
+        assert dropped.any() and not dropped.all()
+        assert LanguageModel.from_config(model.get_config()).locked_dropout == locked
+
+
 def test_weight_dropout_reaches_every_layer_and_acts_in_training_only():
     model = tiny("gru", weight_dropout=0.5)
     plain = tiny("gru")

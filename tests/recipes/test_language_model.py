@@ -482,6 +482,10 @@ def test_spectral_norms_are_tracked_during_the_run(smoke_run):
             ["model.block=hawk", "model.cell_type=gru", "model.weight_dropout=0.2"],
             "not Hawk's blocks",
         ),
+        (
+            ["model.architecture=transformer", "model.embedding_dropout=0.1"],
+            "model.embedding_dropout is a setting of the recurrent model",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, assignments, message):
