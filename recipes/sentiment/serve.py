@@ -66,11 +66,12 @@ def _classifier(model, config, calls) -> Callable[[list[str]], np.ndarray]:
         return lambda texts: class_probabilities(model, texts, verbose=0)
     if "model" not in calls:
         raise ValueError("the served export has no classifier model")
-    from rnnkit.export.clients import sentiment_token_ids
+    from rnnkit.export.clients import sentiment_token_ids, vocabulary_index
 
     truncate = model.get_layer("truncate")
-    if model not in _VOCABULARIES:  # read once per model, not once per request
-        _VOCABULARIES[model] = model.get_layer("vectorizer").get_vocabulary()
+    if model not in _VOCABULARIES:  # indexed once per model, not once per request
+        vocabulary = model.get_layer("vectorizer").get_vocabulary()
+        _VOCABULARIES[model] = vocabulary_index(vocabulary)
     vocabulary = _VOCABULARIES[model]
 
     def classify(texts: list[str]) -> np.ndarray:

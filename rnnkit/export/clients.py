@@ -4,7 +4,8 @@ Copy what you need next to a LiteRT or ONNX file; the names of the inputs, outpu
 settings below are those of the export's `export.json`.
 
 - `sentiment_token_ids`: the sentiment classifier's tokenizer (what its Keras
-  `TextVectorization` and `TruncateSequence` do inside the SavedModel).
+  `TextVectorization` and `TruncateSequence` do inside the SavedModel), with
+  `vocabulary_index` to index the vocabulary once for many calls.
 - `greedy_decode`: greedy search with an exported encoder and one-step decoder
   (translation, captioning), any runtime.
 - `image_pixels`: the captioning encoder's input from image files (Pillow).
@@ -33,7 +34,7 @@ NEXT = "next_"  # a step's output "next_h_0" is its input "h_0" at the next step
 
 def sentiment_token_ids(
     texts: Sequence[str],
-    vocabulary: Sequence[str],
+    vocabulary: Sequence[str] | Mapping[str, int],
     sequence_length: int,
     keep: str = "first",
     lowercase: bool = True,
@@ -48,7 +49,8 @@ def sentiment_token_ids(
 
     Args:
         texts: raw texts (HTML tags such as `<br />` may stay in).
-        vocabulary: the tokens by id, from `vocabulary.txt`.
+        vocabulary: the tokens by id, from `vocabulary.txt`; or their index,
+            `{token: id}` (`vocabulary_index`), built once for many calls.
         sequence_length, keep, lowercase: from `export.json` ("notes").
 
     Returns:
@@ -56,7 +58,7 @@ def sentiment_token_ids(
     """
     if keep not in ("first", "last"):
         raise ValueError(f"keep must be 'first' or 'last', received {keep!r}")
-    index = {token: i for i, token in enumerate(vocabulary)}
+    index = vocabulary_index(vocabulary)
     rows = np.zeros((len(texts), sequence_length), np.int32)
     for row, text in enumerate(texts):
         text = _HTML_TAG.sub(" ", text)
@@ -68,6 +70,15 @@ def sentiment_token_ids(
         ids = ids or [OOV_ID]
         rows[row, : len(ids)] = ids
     return rows
+
+
+def vocabulary_index(
+    vocabulary: Sequence[str] | Mapping[str, int],
+) -> Mapping[str, int]:
+    """`{token: id}` for the tokens by id, or the index itself when given one."""
+    if isinstance(vocabulary, Mapping):
+        return vocabulary
+    return {token: i for i, token in enumerate(vocabulary)}
 
 
 def greedy_decode(

@@ -13,7 +13,11 @@ import tensorflow as tf
 
 from rnnkit import registry
 from rnnkit.export import export
-from rnnkit.export.clients import greedy_decode, sentiment_token_ids
+from rnnkit.export.clients import (
+    greedy_decode,
+    sentiment_token_ids,
+    vocabulary_index,
+)
 from rnnkit.training import runner
 from tests.export.support import assert_close, run_fresh
 from tests.sentiment_support import imdb_sample
@@ -177,6 +181,11 @@ def test_sentiment_tokenizer_is_the_models_text_layers(runs):
     width = reference.shape[1]
     np.testing.assert_array_equal(ids[:, :width], reference)
     assert not ids[:, width:].any()
+    index = vocabulary_index(vectorizer.get_vocabulary())  # indexed once: the same
+    again = sentiment_token_ids(
+        texts, index, truncate.max_length, truncate.keep, config.data.lowercase
+    )
+    np.testing.assert_array_equal(again, ids)
 
 
 def language_model_step(model):
