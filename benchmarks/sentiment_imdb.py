@@ -12,13 +12,16 @@ local copies in ../shared/data/sentiment (see recipes/sentiment/configs/imdb.tom
     python benchmarks/sentiment_imdb.py --set model.cell_type=lstm
     python benchmarks/sentiment_imdb.py --baselines-only        # no RNN, ~2 minutes
     python benchmarks/sentiment_imdb.py --select --seeds 1337,1,2 --out RUNS
+    python benchmarks/sentiment_imdb.py --task sst2 --select --out RUNS  # SST-2
 
 `--select` chooses the architecture on the validation split (see selection.py): each
 of CANDIDATES trains with the first seed and is scored by its validation accuracy at
 the epoch early stopping kept; the best then trains with the other seeds, and its test
 figures are printed as mean and standard deviation over all of them. The candidates
 are the architectures that led to configs/imdb.toml (docs/performance.md, "Sentiment:
-history"), where they had been compared on the test split.
+history"), where they had been compared on the test split. `--task sst2` runs the same
+protocol on SST-2 (configs/sst2.toml, SST2_CANDIDATES; the 872 dev sentences are its
+test split, read only for the chosen configuration's seeds).
 """
 
 from __future__ import annotations
@@ -49,13 +52,28 @@ CANDIDATES = {
     "gru128_mean_max": {},
     "lstm128_mean_max": {"model.cell_type": "lstm"},
 }
+# Overrides of configs/sst2.toml (bidirectional LSTM 64, mean pooling): the shipped
+# configuration, the GRU in its place, and a wider model with mean and max pooling.
+SST2_CANDIDATES = {
+    "lstm64_mean": {},
+    "gru64_mean": {"model.cell_type": "gru"},
+    "lstm128_mean_max": {"model.units": 128, "model.pooling": "mean_max"},
+}
+TASKS = {
+    "imdb": ("recipes/sentiment/configs/imdb.toml", CANDIDATES),
+    "sst2": ("recipes/sentiment/configs/sst2.toml", SST2_CANDIDATES),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--config", default=str(ROOT / "recipes/sentiment/configs/imdb.toml")
+        "--task",
+        choices=tuple(TASKS),
+        default="imdb",
+        help="The data set: its config and its --select candidates.",
     )
+    parser.add_argument("--config", help="Config file (default: the task's).")
     parser.add_argument(
         "--limit", type=int, default=0, help="Reviews per split (0: all 25,000)."
     )
@@ -78,8 +96,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--candidates",
-        default=",".join(CANDIDATES),
-        help="Comma-separated names of CANDIDATES (with --select).",
+        help="Comma-separated names of the task's candidates (with --select; "
+        "default: all of them).",
     )
     parser.add_argument(
         "--seeds", default="1337,1,2", help="Seeds (with --select); the first selects."
@@ -88,6 +106,10 @@ def main() -> None:
         "--out", default="runs/sentiment_selection", help="Folder (with --select)."
     )
     args = parser.parse_args()
+    config_file, task_candidates = TASKS[args.task]
+    args.config = args.config or str(ROOT / config_file)
+    args.task_candidates = task_candidates
+    args.candidates = args.candidates or ",".join(task_candidates)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # The config's data paths are relative to the repository root.
     os.chdir(ROOT)
@@ -180,7 +202,7 @@ def select(recipe, config, args) -> None:
     )
     from timing import cpu_line
 
-    candidates = parse_candidates(args.candidates, CANDIDATES)
+    candidates = parse_candidates(args.candidates, args.task_candidates)
     seeds = parse_seeds(args.seeds)
 
     def train(name, overrides, seed, run_dir):

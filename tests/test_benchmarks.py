@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import captioning_attention  # noqa: E402
 import captioning_flickr8k  # noqa: E402
 import selection  # noqa: E402
+import sentiment_imdb  # noqa: E402
 import timing  # noqa: E402
 import translation_multi30k  # noqa: E402
 
@@ -550,6 +551,10 @@ def _chosen_configuration(
         overrides = translation_multi30k.CANDIDATES[system][name]
         trained = {**_flat(ledger["settings"]), **overrides}
         return trained, ROOT / translation_multi30k.ARCHITECTURES[system], {}
+    if recipe == "sentiment":  # its ledgers: a task's config and its candidates
+        file, candidates = sentiment_imdb.TASKS[system]
+        trained = {**_flat(ledger["settings"]), **candidates[name]}
+        return trained, ROOT / file, {}
     assert recipe == "captioning", recipe
     _, file, stated = captioning_flickr8k.CANDIDATES[name]
     trained = _flat(ledger["settings"][selection.CANDIDATE_CONFIGS][name])
