@@ -52,12 +52,25 @@ CANDIDATES = {
     "gru128_mean_max": {},
     "lstm128_mean_max": {"model.cell_type": "lstm"},
 }
-# Overrides of configs/sst2.toml (bidirectional LSTM 64, mean pooling): the shipped
-# configuration, the GRU in its place, and a wider model with mean and max pooling.
+# Overrides of configs/sst2.toml, each complete in what it varies: the configuration
+# shipped before the selection (LSTM 64, mean pooling), the GRU in its place, and a
+# wider model with mean and max pooling (chosen, and shipped since 2026-12-05).
 SST2_CANDIDATES = {
-    "lstm64_mean": {},
-    "gru64_mean": {"model.cell_type": "gru"},
-    "lstm128_mean_max": {"model.units": 128, "model.pooling": "mean_max"},
+    "lstm64_mean": {
+        "model.cell_type": "lstm",
+        "model.units": 64,
+        "model.pooling": "mean",
+    },
+    "gru64_mean": {
+        "model.cell_type": "gru",
+        "model.units": 64,
+        "model.pooling": "mean",
+    },
+    "lstm128_mean_max": {
+        "model.cell_type": "lstm",
+        "model.units": 128,
+        "model.pooling": "mean_max",
+    },
 }
 TASKS = {
     "imdb": ("recipes/sentiment/configs/imdb.toml", CANDIDATES),
