@@ -78,7 +78,7 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
         ):
             states = [ops.cast(values[name], "float32") for name in layer_names]
             if hawk:
-                conv = values[conv_name] if conv_name else _no_taps(layer, x)
+                conv = values[conv_name] if conv_name else None
                 x, conv, states = layer.step(x, conv, states)  # (batch, E)
                 if conv_name:
                     outputs[NEXT + conv_name] = ops.cast(conv, "float32")
@@ -116,11 +116,6 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
         ],
     ]
     return step, inputs, outputs
-
-
-def _no_taps(block: Any, x):
-    """The convolution inputs of a block that keeps none (conv_width 0 or 1)."""
-    return ops.zeros((ops.shape(x)[0], 0, block.units), dtype=x.dtype)
 
 
 def transformer_language_model_step(

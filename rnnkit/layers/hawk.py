@@ -174,25 +174,13 @@ class HawkBlock(keras.layers.Layer):
         return out
 
     def call(self, inputs, training=False):
-        x = inputs
-        normed = self.temporal_norm(x)
-        gate = ops.gelu(
-            ops.matmul(normed, self._weight(self.gate_kernel)), approximate=False
-        )
-        mixed = self.recurrent(
-            self.convolve(ops.matmul(normed, self._weight(self.input_kernel))),
-            training=training,
-        )
-        branch = ops.matmul(
-            gate * ops.cast(mixed, gate.dtype), self._weight(self.output_kernel)
-        )
-        y = x + self.dropouts[0](branch, training=training)
-        normed = self.mlp_norm(y)
-        hidden = ops.gelu(
-            ops.matmul(normed, self._weight(self.mlp_gate_kernel)), approximate=False
-        ) * ops.matmul(normed, self._weight(self.mlp_input_kernel))
-        branch = ops.matmul(hidden, self._weight(self.mlp_output_kernel))
-        return y + self.dropouts[1](branch, training=training)
+        def mix(u):  # the convolution, then the recurrent layer
+            return self.recurrent(self.convolve(u), training=training)
+
+        def drop(index, branch):
+            return self.dropouts[index](branch, training=training)
+
+        return self._residual(inputs, mix, _exact_gelu, drop)
 
     def step(self, inputs, conv_inputs, states):
         """One step of the block, for generation one token at a time (no dropout).
@@ -201,7 +189,7 @@ class HawkBlock(keras.layers.Layer):
             inputs: (batch, features), the step's input.
             conv_inputs: (batch, conv_width - 1, units), the convolution's inputs at
                 the previous steps, oldest first (zeros at the start of a sequence);
-                ignored without a convolution (`conv_width` 0).
+                None for a block that keeps none (`conv_width` 0 or 1).
             states: the recurrent cell's states (`[h]`, or `[h, c]` for an LSTM),
                 each (batch, units), float32.
 
@@ -210,34 +198,48 @@ class HawkBlock(keras.layers.Layer):
             and what the next step takes. Fed a sequence step by step from zeros,
             the outputs are the block's `call` on the whole sequence.
         """
+        carried = {"conv": conv_inputs, "states": list(states)}
+
+        def mix(u):  # (batch, units): one step of the convolution and the cell
+            if self.conv_width:
+                before = carried["conv"]
+                if before is None:
+                    before = ops.zeros((ops.shape(u)[0], 0, self.units), u.dtype)
+                window = ops.concatenate(
+                    [ops.cast(before, u.dtype), u[:, None, :]], axis=1
+                )  # (batch, conv_width, units), oldest first
+                kernel = ops.cast(self.conv_kernel, u.dtype)
+                u = ops.cast(self.conv_bias, u.dtype)
+                for k in range(self.conv_width):
+                    u = u + window[:, k, :] * kernel[k]
+                carried["conv"] = window[:, 1:, :]
+            cell = self.recurrent.cell
+            mixed, carried["states"] = cell.step(
+                cell.augment_inputs(ops.cast(u, cell.compute_dtype)),
+                carried["states"],
+                cell.gate_weights(),
+            )
+            return mixed
+
         inputs = ops.cast(inputs, self.compute_dtype)
-        normed = self.temporal_norm(inputs)
-        gate = _gelu(ops.matmul(normed, self._weight(self.gate_kernel)))
-        u = ops.matmul(normed, self._weight(self.input_kernel))  # (batch, units)
-        if self.conv_width:
-            window = ops.concatenate(
-                [ops.cast(conv_inputs, u.dtype), u[:, None, :]], axis=1
-            )  # (batch, conv_width, units), oldest first
-            kernel = ops.cast(self.conv_kernel, u.dtype)
-            u = ops.cast(self.conv_bias, u.dtype)
-            for k in range(self.conv_width):
-                u = u + window[:, k, :] * kernel[k]
-            conv_inputs = window[:, 1:, :]
-        cell = self.recurrent.cell
-        mixed, states = cell.step(
-            cell.augment_inputs(ops.cast(u, cell.compute_dtype)),
-            list(states),
-            cell.gate_weights(),
-        )
-        y = inputs + ops.matmul(
+        outputs = self._residual(inputs, mix, _gelu, lambda index, branch: branch)
+        return outputs, carried["conv"], carried["states"]
+
+    def _residual(self, x, mix, gelu, drop):
+        """The block's equations around `mix` (convolution and recurrence) with the
+        GeLU `gelu` and the branch dropout `drop(index, branch)`: call and step."""
+        normed = self.temporal_norm(x)
+        gate = gelu(ops.matmul(normed, self._weight(self.gate_kernel)))
+        mixed = mix(ops.matmul(normed, self._weight(self.input_kernel)))
+        branch = ops.matmul(
             gate * ops.cast(mixed, gate.dtype), self._weight(self.output_kernel)
         )
+        y = x + drop(0, branch)
         normed = self.mlp_norm(y)
-        hidden = _gelu(
+        hidden = gelu(
             ops.matmul(normed, self._weight(self.mlp_gate_kernel))
         ) * ops.matmul(normed, self._weight(self.mlp_input_kernel))
-        y = y + ops.matmul(hidden, self._weight(self.mlp_output_kernel))
-        return y, conv_inputs, states
+        return y + drop(1, ops.matmul(hidden, self._weight(self.mlp_output_kernel)))
 
     def _weight(self, variable):
         return ops.cast(variable, self.compute_dtype)
@@ -270,6 +272,11 @@ class _Carried:
     """Holds the convolution's carried inputs outside Keras' weight tracking."""
 
     inputs = None
+
+
+def _exact_gelu(x):
+    """TensorFlow's exact GeLU (`ops.gelu`), what `call` trains with."""
+    return ops.gelu(x, approximate=False)
 
 
 def _gelu(x):
