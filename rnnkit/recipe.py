@@ -241,6 +241,18 @@ class Recipe:
         """Test-split figures: the model's and the baselines' {system: {metric: v}}."""
         raise NotImplementedError
 
+    def evaluate_validation(
+        self, model: keras.Model, data: RecipeData, config: RecipeConfig
+    ) -> Metrics:
+        """The same figures on the validation split (`rnnkit evaluate --split
+        validation`; optional hook), to compare trained runs or ensembles without
+        looking at the test split; raises ConfigError where the recipe has none."""
+        raise ConfigError(
+            f"recipe {self.name!r} does not score its validation split; rnnkit "
+            "evaluate --split validation takes runs of a recipe that defines it "
+            "(forecasting)"
+        )
+
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: RecipeConfig
     ) -> list[str]:

@@ -178,16 +178,12 @@ class ForecastingRecipe(Recipe):
     def evaluate(
         self, model: keras.Model, data: ForecastingData, config: ForecastingConfig
     ) -> Metrics:
-        from rnnkit_recipes.forecasting.evaluation import scores, standardized_errors
+        return _scores(model, data, config, "test")
 
-        _check_model_shape(model, config)
-        forecasts = test_forecasts(model, data, config)
-        table = scores(forecasts, config.data.seasonality, config.evaluation.interval)
-        if config.evaluation.standardized:
-            train = data.grid.values[:, : data.grid.train_end]
-            for name, row in standardized_errors(forecasts, train).items():
-                table[name].update(row)
-        return table
+    def evaluate_validation(
+        self, model: keras.Model, data: ForecastingData, config: ForecastingConfig
+    ) -> Metrics:
+        return _scores(model, data, config, "validation")
 
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: ForecastingConfig
@@ -426,6 +422,25 @@ def splits(grid, config: ForecastingConfig, source: str) -> ForecastingData:
         periods=periods,
         source=source,
     )
+
+
+def _scores(
+    model: keras.Model,
+    data: ForecastingData,
+    config: ForecastingConfig,
+    split: str,
+) -> Metrics:
+    """The model's and the benchmarks' figures on the windows of `split`."""
+    from rnnkit_recipes.forecasting.evaluation import scores, standardized_errors
+
+    _check_model_shape(model, config)
+    forecasts = test_forecasts(model, data, config, split)
+    table = scores(forecasts, config.data.seasonality, config.evaluation.interval)
+    if config.evaluation.standardized:
+        train = data.grid.values[:, : data.grid.train_end]
+        for name, row in standardized_errors(forecasts, train).items():
+            table[name].update(row)
+    return table
 
 
 def test_forecasts(

@@ -144,11 +144,17 @@ def load_frameworks() -> None:
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:
-    """The test metrics (and backtest folds) of a run as tables."""
+    """The test metrics (and backtest folds) of a run as tables, or the validation
+    metrics of `rnnkit evaluate --split validation`."""
     from rnnkit.metrics import format_table
 
-    click.echo("\nTest metrics (model vs baselines, on the same test split):")
-    click.echo(format_table(metrics["test"]))
+    for split in ("validation", "test"):
+        if split in metrics:
+            click.echo(
+                f"\n{split.capitalize()} metrics (model vs baselines, on the same "
+                f"{split} split):"
+            )
+            click.echo(format_table(metrics[split]))
     if "backtest" in metrics:
         folds = metrics["backtest"]["folds"]
         for index, table in enumerate(folds, start=1):

@@ -1,4 +1,5 @@
-"""`rnnkit evaluate RUN_DIR`: the saved model of a run on the test split again."""
+"""`rnnkit evaluate RUN_DIR`: the saved model of a run on the test split again (or
+on the validation split, where the recipe defines it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import click
 from rnnkit import config as config_lib
 from rnnkit import registry
 from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
+from rnnkit.recipe import Recipe
 
 
 @click.command()
@@ -16,6 +18,14 @@ from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
     "run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path)
 )
 @click.option("--data", "data_path", help="Evaluate on this data instead (data.path).")
+@click.option(
+    "--split",
+    type=click.Choice(["test", "validation"]),
+    default="test",
+    show_default=True,
+    help="The split to score; validation compares runs or ensembles without "
+    "looking at the test split (recipes that define it: forecasting).",
+)
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE")
 @click.option(
     "--output",
@@ -25,10 +35,14 @@ from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
 def evaluate(
     run_dir: Path,
     data_path: str | None,
+    split: str,
     assignments: tuple[str, ...],
     output: Path | None,
 ) -> None:
     """Evaluate the saved model of RUN_DIR on the test split (no retraining).
+
+    --split validation scores the validation split instead, where the recipe
+    defines it, to choose among runs without looking at the test split.
 
     The model runs on the device at hand: the run's train.device and train.strategy
     say where it trained, not where it is evaluated.
@@ -49,7 +63,11 @@ def evaluate(
         )
         config = config.with_values(overrides)
         keras.utils.set_random_seed(config.train.seed)
-        metrics = {"test": recipe.evaluate(model, recipe.load_data(config), config)}
+        score = recipe.evaluate if split == "test" else recipe.evaluate_validation
+        if type(recipe).evaluate_validation is Recipe.evaluate_validation:
+            if split == "validation":  # the hook's refusal, before loading the data
+                recipe.evaluate_validation(model, None, config)
+        metrics = {split: score(model, recipe.load_data(config), config)}
         if output is not None:
             runner.write_json(output, metrics)
     print_metrics(metrics)

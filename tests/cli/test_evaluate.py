@@ -62,6 +62,21 @@ def test_evaluate_on_another_file(smoke_run, tmp_path):
         assert evaluated[table] != recorded[table], table
 
 
+def test_a_recipe_without_a_scored_validation_split_refuses_it(smoke_run, tmp_path):
+    """The stock recipe does not define evaluate_validation: one line, no output."""
+    run_dir, _ = smoke_run
+    output = tmp_path / "evaluation.json"
+    result = invoke(
+        "evaluate", str(run_dir), "--split", "validation", "--output", str(output)
+    )
+    assert result.exit_code == 1
+    assert error_line(result) == (
+        "Error: recipe 'stock' does not score its validation split; rnnkit evaluate "
+        "--split validation takes runs of a recipe that defines it (forecasting)"
+    )
+    assert not output.exists()
+
+
 def test_evaluate_and_predict_need_a_completed_run(tmp_path):
     result = CliRunner().invoke(main, ["evaluate", str(tmp_path)])
     assert result.exit_code == 1

@@ -121,6 +121,46 @@ def test_evaluate_scores_a_perfect_forecaster_as_perfect(smoke_data):
     assert table["seasonal_naive"]["smape"] > 0
 
 
+def test_evaluate_scores_the_validation_split_on_request(tmp_path_factory, tmp_path):
+    """`rnnkit evaluate RUN --split validation` (how runs and ensembles are compared
+    without the test split): the model's sMAPE there is its median's on the
+    validation windows, computed here in numpy, and not the test windows'."""
+    import json
+
+    from rnnkit import registry
+    from rnnkit.training import runner
+    from tests.cli_support import invoke
+    from tests.smoke_runs import smoke_run
+
+    run = smoke_run(tmp_path_factory, "forecasting")
+    assert run.exit_code == 0, run.output[-3000:]
+    output = tmp_path / "validation.json"
+    result = invoke(
+        "evaluate", str(run.run_dir), "--split", "validation", "--output", str(output)
+    )
+    assert result.exit_code == 0, result.output
+    assert "Validation metrics" in result.output and "Test metrics" not in result.output
+    validation = json.loads(output.read_text())["validation"]
+    assert {"model", "naive2", "seasonal_naive"} <= set(validation)
+
+    _, config, model = runner.load_run(run.run_dir, registry.load)
+    data = recipe.load_data(config)
+    rows, horizon = data.validation_rows, config.data.horizon
+    assert (rows[:, 1] + horizon <= data.grid.steps - data.grid.test_steps).all()
+    inputs, _, _ = data.windows.arrays(rows)
+    levels = sorted(config.model.quantiles)
+    median = model.predict(inputs, verbose=0)[..., levels.index(0.5)]
+    actual = data.grid.values[
+        rows[:, 0][:, None], rows[:, 1][:, None] + np.arange(horizon)
+    ]
+    seen = np.isfinite(actual)
+    a, f = actual[seen], median[seen].astype("float64")
+    smape = 200 * np.mean(np.abs(a - f) / (np.abs(a) + np.abs(f)))
+    assert validation["model"]["smape"] == pytest.approx(smape, rel=1e-4)
+    test = json.loads((run.run_dir / "metrics.json").read_text())["test"]
+    assert validation["model"]["smape"] != pytest.approx(test["model"]["smape"])
+
+
 def test_weighted_quantile_loss_and_interval_ends():
     actual = np.array([[2.0, 4.0]])
     quantiles = np.array([[[1.0, 2.0], [4.0, 6.0]]])  # levels 0.1 and 0.9
