@@ -50,6 +50,39 @@ def _cell_step(cell, x, states):
     return cell.step(x, list(states), cell.gate_weights())
 
 
+def _layer_step(layer: Any, index: int, units: int, hawk: bool):
+    """The state inputs of one of a `LanguageModel`'s recurrent layers (a layer, or
+    one of Hawk's blocks), and its step: (x, values) -> (x, {"next_NAME": state})."""
+    cell = layer.recurrent.cell if hawk else layer.cell
+    names = cell_state_names(cell, index)
+    inputs = [Tensor(name, "float32", (None, units), ZERO_STATE) for name in names]
+    conv_name = f"conv_{index}" if hawk and layer.conv_width > 1 else None
+    if conv_name:
+        inputs.append(
+            Tensor(
+                conv_name,
+                "float32",
+                (None, layer.conv_width - 1, units),
+                "the convolution's last inputs, oldest first; zeros at the start",
+            )
+        )
+
+    def step(x, values: dict) -> tuple[Any, dict]:
+        states = [ops.cast(values[name], "float32") for name in names]
+        if hawk:
+            conv = values[conv_name] if conv_name else None
+            x, conv, states = layer.step(x, conv, states)  # (batch, E)
+        else:
+            conv = None
+            x, states = _cell_step(layer.cell, x, states)  # (batch, units)
+        nexts = dict(zip(names, states, strict=True))
+        if conv_name:
+            nexts[conv_name] = conv
+        return x, {NEXT + name: ops.cast(v, "float32") for name, v in nexts.items()}
+
+    return inputs, step
+
+
 def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor]]:
     """One step of a `rnnkit.models.LanguageModel`.
 
@@ -61,52 +94,22 @@ def language_model_step(model: Any) -> tuple[Callable, list[Tensor], list[Tensor
     "next_h_0", ... (and "next_conv_0", ...).
     """
     hawk = getattr(model, "block", "none") == "hawk"
-    cells = [
-        layer.recurrent.cell if hawk else layer.cell for layer in model.recurrent_layers
-    ]
-    names = [cell_state_names(cell, index) for index, cell in enumerate(cells)]
-    conv_names = [
-        f"conv_{index}" if hawk and layer.conv_width > 1 else None
+    layers = [
+        _layer_step(layer, index, model.units, hawk)
         for index, layer in enumerate(model.recurrent_layers)
     ]
 
     def step(values: dict) -> dict:
         x = model.embedding(ops.cast(values["token"], "int32"))  # (batch, E)
         outputs = {}
-        for layer, layer_names, conv_name in zip(
-            model.recurrent_layers, names, conv_names, strict=True
-        ):
-            states = [ops.cast(values[name], "float32") for name in layer_names]
-            if hawk:
-                conv = values[conv_name] if conv_name else None
-                x, conv, states = layer.step(x, conv, states)  # (batch, E)
-                if conv_name:
-                    outputs[NEXT + conv_name] = ops.cast(conv, "float32")
-            else:
-                x, states = _cell_step(layer.cell, x, states)  # (batch, units)
-            for name, state in zip(layer_names, states, strict=True):
-                outputs[NEXT + name] = ops.cast(state, "float32")
+        for _, layer_step in layers:
+            x, nexts = layer_step(x, values)
+            outputs.update(nexts)
         if hawk:
             x = model.final_norm(x)
         return {"logits": ops.cast(model.logits(x), "float32"), **outputs}
 
-    units = model.units
-    state_inputs = []
-    for layer, layer_names, conv_name in zip(
-        model.recurrent_layers, names, conv_names, strict=True
-    ):
-        state_inputs += [
-            Tensor(name, "float32", (None, units), ZERO_STATE) for name in layer_names
-        ]
-        if conv_name:
-            state_inputs.append(
-                Tensor(
-                    conv_name,
-                    "float32",
-                    (None, layer.conv_width - 1, units),
-                    "the convolution's last inputs, oldest first; zeros at the start",
-                )
-            )
+    state_inputs = [tensor for layer_inputs, _ in layers for tensor in layer_inputs]
     inputs = [Tensor("token", "int32", (None,), "the current token id"), *state_inputs]
     outputs = [
         Tensor("logits", "float32", (None, model.vocabulary_size), "next-token logits"),
