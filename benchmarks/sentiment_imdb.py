@@ -121,7 +121,6 @@ def main() -> None:
     args = parser.parse_args()
     config_file, task_candidates = TASKS[args.task]
     args.config = args.config or str(ROOT / config_file)
-    args.task_candidates = task_candidates
     args.candidates = args.candidates or ",".join(task_candidates)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # The config's data paths are relative to the repository root.
@@ -215,7 +214,7 @@ def select(recipe, config, args) -> None:
     )
     from timing import cpu_line
 
-    candidates = parse_candidates(args.candidates, args.task_candidates)
+    candidates = parse_candidates(args.candidates, TASKS[args.task][1])
     seeds = parse_seeds(args.seeds)
 
     def train(name, overrides, seed, run_dir):
