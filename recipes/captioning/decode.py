@@ -4,6 +4,7 @@ batches, and the caption words of the generated token ids."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -85,3 +86,36 @@ def caption_texts(
     """The best caption of every image, as space-separated words."""
     result = search(model, inputs, config, beam_width)
     return [" ".join(words(model, tokens[0])) for tokens in result.tokens]
+
+
+def caption_images(
+    model: keras.Model,
+    read: Callable[[str], bytes],
+    names: Sequence[str],
+    config: CaptioningConfig,
+    unreadable: str,
+) -> tuple[SearchResult, list[list[str]]]:
+    """The images `names` (`read(name)` gives a file's bytes) captioned by the
+    recipe's search with `evaluation.n_best` captions each: the search's result and
+    every image's captions as text, best first. An image that cannot be decoded is
+    a DataError, `unreadable` formatted with its `name` and the `reason`."""
+    from rnnkit_recipes.captioning.images import decode_images
+
+    from rnnkit.errors import DataError
+
+    _, pixels, failures = decode_images(read, list(names), model.image_size)
+    if failures:
+        name, reason = next(iter(failures.items()))
+        raise DataError(unreadable.format(name=name, reason=reason))
+    n_best = config.evaluation.n_best
+    result = search(
+        model,
+        pixels,
+        config,
+        beam_width=max(config.evaluation.beam_width, n_best),
+        n_best=n_best,
+    )
+    texts = [
+        [" ".join(words(model, tokens)) for tokens in row] for row in result.tokens
+    ]
+    return result, texts

@@ -201,35 +201,24 @@ class CaptioningRecipe(Recipe):
         self, model: keras.Model, inputs: Sequence[str], config: CaptioningConfig
     ) -> list[str]:
         import numpy as np
-        from rnnkit_recipes.captioning.decode import search, words
-        from rnnkit_recipes.captioning.images import decode_images
+        from rnnkit_recipes.captioning.decode import caption_images
 
         paths = image_paths(inputs)
-        _, pixels, failures = decode_images(
+        result, captions = caption_images(
+            model,
             lambda name: Path(name).read_bytes(),
             [str(path) for path in paths],
-            model.image_size,
-        )
-        if failures:
-            name, reason = next(iter(failures.items()))
-            raise DataError(f"{name}: not an image that can be read ({reason})")
-        n_best = config.evaluation.n_best
-        result = search(
-            model,
-            pixels,
             config,
-            beam_width=max(config.evaluation.beam_width, n_best),
-            n_best=n_best,
+            "{name}: not an image that can be read ({reason})",
         )
         lines = []
-        for row, path in enumerate(paths):
-            texts = [" ".join(words(model, tokens)) for tokens in result.tokens[row]]
-            if n_best == 1:
+        for path, texts, scores in zip(paths, captions, result.scores, strict=True):
+            if config.evaluation.n_best == 1:
                 lines.append(f"{path}: {texts[0]}")
                 continue
             lines.append(str(path))
             for rank, (text, score) in enumerate(
-                zip(texts, result.scores[row], strict=True), start=1
+                zip(texts, scores, strict=True), start=1
             ):
                 if np.isfinite(score):
                     lines.append(f"  {rank}. [{score:.3f}] {text}")

@@ -43,29 +43,19 @@ def records(
     attention model `words` and `attention` (per word, the weights over the
     `grid` [rows, columns] of image locations, row by row)."""
     import numpy as np
-    from rnnkit_recipes.captioning.decode import search, words
-    from rnnkit_recipes.captioning.images import decode_images
+    from rnnkit_recipes.captioning.decode import caption_images
 
     images = image_bytes(inputs)
-    names = [str(i) for i in range(len(images))]
-    _, pixels, failures = decode_images(
-        lambda name: images[int(name)], names, model.image_size
-    )
-    if failures:
-        name, reason = next(iter(failures.items()))
-        raise DataError(f"input {name} is not an image that can be read ({reason})")
-    n_best = config.evaluation.n_best
-    result = search(
+    result, captions = caption_images(
         model,
-        pixels,
+        lambda name: images[int(name)],
+        [str(i) for i in range(len(images))],
         config,
-        beam_width=max(config.evaluation.beam_width, n_best),
-        n_best=n_best,
+        "input {name} is not an image that can be read ({reason})",
     )
     side = int(round(model.num_locations**0.5))
     out = []
-    for row in range(len(images)):
-        texts = [" ".join(words(model, tokens)) for tokens in result.tokens[row]]
+    for row, texts in enumerate(captions):
         ranked = [
             {"text": text, "score": round(float(score), 4)}
             for text, score in zip(texts, result.scores[row], strict=True)
