@@ -332,11 +332,15 @@ class Recipe:
         return None
 
     def ensemble(
-        self, models: Sequence[keras.Model], configs: Sequence[RecipeConfig]
+        self,
+        models: Sequence[keras.Model],
+        configs: Sequence[RecipeConfig],
+        combine: str = "mean",
     ) -> tuple[keras.Model, RecipeConfig]:
         """One model made of the trained `models` of several runs (`rnnkit ensemble`),
-        and the config that feeds and evaluates it (optional hook); raises
-        ConfigError when the runs cannot be combined."""
+        their outputs combined by `combine` ("mean" or "median"), and the config
+        that feeds and evaluates it (optional hook); raises ConfigError when the
+        runs cannot be combined."""
         raise ConfigError(
             f"recipe {self.name!r} does not combine runs: its outputs are not "
             "averaged; rnnkit ensemble takes runs of a recipe that defines it "

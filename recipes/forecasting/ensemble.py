@@ -1,6 +1,7 @@
-"""`rnnkit ensemble` of forecasting runs: one model whose quantiles are the mean of
-its members' (the habit of the M4 competition's leaders: models that differ in their
-scaling, input length or seed err differently, and their mean errs less).
+"""`rnnkit ensemble` of forecasting runs: one model whose quantiles are the mean (or the
+median, `--combine median`) of its members' (the habit of the M4 competition's leaders:
+models that differ in their scaling, input length or seed err differently, and their
+mean errs less).
 
 The members must forecast the same windows of the same data: the same data keys
 (file, layout, spans, horizon, seasonality) and the same quantiles. They may differ
@@ -33,20 +34,32 @@ DATA_KEYS = (
     "data.seasonality",
     "data.stride",
 )
+# How the members' quantiles are combined, each level on its own (either keeps the
+# quantiles in order when every member's are).
+COMBINE = ("mean", "median")
 # Inputs that hold the window's past steps (axis 1): cut to each member's length.
 PAST_INPUTS = ("past_target", "past_observed", "past_covariates", "past_time")
 
 
 def ensemble_model(
-    models: Sequence[keras.Model], configs: Sequence[ForecastingConfig]
+    models: Sequence[keras.Model],
+    configs: Sequence[ForecastingConfig],
+    combine: str = "mean",
 ) -> tuple[keras.Model, ForecastingConfig]:
-    """The mean of `models`' quantiles as one model, and the config that feeds it:
-    the first member's, with the longest input length and the inputs every member
-    reads (calendar terms and the series id when any member reads them)."""
+    """The mean (or, `combine="median"`, the median) of `models`' quantiles as one
+    model, and the config that feeds it: the first member's, with the longest input
+    length and the inputs every member reads (calendar terms and the series id when
+    any member reads them)."""
     import keras
     from rnnkit_recipes.forecasting.recipe import ForecastingRecipe
 
-    from rnnkit.models.forecaster import LastSteps
+    from rnnkit.models.forecaster_layers import LastSteps, Median
+
+    if combine not in COMBINE:
+        raise ConfigError(
+            f"combine={combine!r} is not a way to combine members; give one of "
+            + ", ".join(COMBINE)
+        )
 
     first = configs[0]
     for key in (*ForecastingRecipe.split_keys, *DATA_KEYS, "model.quantiles"):
@@ -100,8 +113,11 @@ def ensemble_model(
             )
         member = keras.Model(model.input, model.output, name=f"member_{index}")
         outputs.append(member(own))
-    mean = keras.layers.Average(name="quantiles", dtype="float32")(outputs)
-    return keras.Model(inputs, mean, name="forecast_ensemble"), config
+    if combine == "median":
+        joined = Median(name="quantiles", dtype="float32")(outputs)
+    else:
+        joined = keras.layers.Average(name="quantiles", dtype="float32")(outputs)
+    return keras.Model(inputs, joined, name="forecast_ensemble"), config
 
 
 def _comparable(value):

@@ -219,10 +219,10 @@ class ForecastingRecipe(Recipe):
         with csv_files_of(inputs, what, "series.csv") as paths:
             return [{"series": forecast_records(model, p, config)} for p in paths]
 
-    def ensemble(self, models, configs):
+    def ensemble(self, models, configs, combine="mean"):
         from rnnkit_recipes.forecasting.ensemble import ensemble_model
 
-        return ensemble_model(models, configs)
+        return ensemble_model(models, configs, combine)
 
     def export_plan(self, model: keras.Model, config: ForecastingConfig, format: str):
         from rnnkit_recipes.forecasting.export import export_plan

@@ -1,5 +1,5 @@
 """`rnnkit ensemble RUN_DIR RUN_DIR...`: trained runs of one recipe as one model (the
-mean of their forecasts), written and evaluated as a run
+mean or the median of their forecasts), written and evaluated as a run
 (`rnnkit.training.ensemble`)."""
 
 from __future__ import annotations
@@ -25,19 +25,29 @@ from rnnkit.cli._common import load_frameworks, print_metrics, user_errors
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to write the ensemble's run (default: runs/RECIPE/<timestamp>).",
 )
-def ensemble(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+@click.option(
+    "--combine",
+    type=click.Choice(["mean", "median"]),
+    default="mean",
+    show_default=True,
+    help="How the members' outputs are combined, each value on its own; choose on "
+    "the validation split (rnnkit evaluate --split validation).",
+)
+def ensemble(run_dirs: tuple[Path, ...], output: Path | None, combine: str) -> None:
     """Combine the trained runs RUN_DIR... of one recipe into one model.
 
-    Forecasting runs: the ensemble forecasts the mean of the members' quantiles
-    (members may differ in model and input length; they must share the data, the
-    horizon and the quantiles). Nothing is retrained. The result is a run directory
+    Forecasting runs: the ensemble forecasts the mean (or the median) of the members'
+    quantiles (members may differ in model and input length; they must share the data,
+    the horizon and the quantiles). Nothing is retrained. The result is a run directory
     like any other, evaluated on the members' test split: rnnkit evaluate, predict and
     export take it.
     """
     load_frameworks()
-    from rnnkit.training.ensemble import combine
+    from rnnkit.training import ensemble as ensemble_lib
 
     with user_errors():
-        run_dir, metrics = combine(list(run_dirs), registry.load, output)
+        run_dir, metrics = ensemble_lib.combine(
+            list(run_dirs), registry.load, output, how=combine
+        )
     click.echo(f"ensemble of {len(run_dirs)} runs written to {run_dir}")
     print_metrics(metrics)

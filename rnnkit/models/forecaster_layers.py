@@ -145,6 +145,24 @@ class LastSteps(keras.layers.Layer):
         return {**super().get_config(), "steps": self.steps}
 
 
+@keras.saving.register_keras_serializable(package="rnnkit")
+class Median(keras.layers.Layer):
+    """The element-wise median of its inputs, a list of tensors of one shape (the
+    median of an ensemble's members, less swayed than their mean by one member
+    that errs far). Of an even number, the mean of the two middle values. Sorting
+    runs along the last axis, which every export runtime sorts (top-k)."""
+
+    def call(self, inputs):
+        values = ops.sort(ops.stack(list(inputs), axis=-1), axis=-1)
+        middle = len(inputs) // 2
+        if len(inputs) % 2:
+            return values[..., middle]
+        return (values[..., middle - 1] + values[..., middle]) / 2
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[0])
+
+
 def _positive(name: str, value) -> None:
     if not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(

@@ -1,13 +1,13 @@
 """`rnnkit ensemble RUN...`: several trained runs of one recipe as one model, written
 and evaluated as a run of its own.
 
-The recipe's `ensemble` hook makes the model (forecasting: the mean of the members'
-forecasts) and the config that feeds it; this module checks the runs, writes the run
-directory as `rnnkit run` would (config.toml first, model.keras, metrics.json, plots/,
-run.json last, each file under a temporary name until complete) and records the
+The recipe's `ensemble` hook makes the model (forecasting: the mean or the median of the
+members' forecasts) and the config that feeds it; this module checks the runs, writes
+the run directory as `rnnkit run` would (config.toml first, model.keras, metrics.json,
+plots/, run.json last, each file under a temporary name until complete) and records the
 members in run.json. Nothing is trained: each member keeps the weights it was chosen
-with, so an ensemble is only as honest as the runs it is made of (their
-configurations chosen on validation, none on the test split).
+with, so an ensemble is only as honest as the runs it is made of (their configurations
+chosen on validation, none on the test split).
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ def combine(
     run_dir: str | Path | None = None,
     *,
     runs_root: str | Path = "runs",
+    how: str = "mean",
 ) -> tuple[Path, dict[str, Any]]:
     """Writes the ensemble of the completed runs `run_dirs` to `run_dir` (default
-    `runs_root/<recipe>/<timestamp>`); returns its path and its metrics."""
+    `runs_root/<recipe>/<timestamp>`), their outputs combined by `how` ("mean" or
+    "median"); returns its path and its metrics."""
     import keras
 
     started = time.time()
@@ -66,7 +68,7 @@ def combine(
         )
     recipe = loaded[0][0]
     model, config = recipe.ensemble(
-        [model for _, _, model in loaded], [config for _, config, _ in loaded]
+        [model for _, _, model in loaded], [config for _, config, _ in loaded], how
     )
     created = not run_dir or not Path(run_dir).exists()
     header = (
@@ -74,6 +76,7 @@ def combine(
         f"An ensemble of {len(run_dirs)} runs (run.json names them): this config "
         "feeds and evaluates it.\nRemake it with: rnnkit ensemble "
         + " ".join(str(d) for d in run_dirs)
+        + ("" if how == "mean" else f" --combine {how}")
     )
     run_dir = open_run_dir(
         recipe.name, config, run_dir, runs_root, resume=False, header=header
@@ -93,6 +96,7 @@ def combine(
                 "recipe": recipe.name,
                 "status": "completed",
                 "ensemble_of": [str(Path(d)) for d in run_dirs],
+                "combine": how,
                 "seeds": [member.train.seed for _, member, _ in loaded],
                 "wall_seconds": round(time.time() - started, 3),
                 "versions": versions(),

@@ -192,3 +192,84 @@ def test_runs_that_cannot_be_combined_are_one_line_errors(tmp_path_factory, tmp_
         result = invoke("ensemble", *map(str, runs), "--run-dir", str(tmp_path / "e"))
         assert re.search(message, error_line(result)), result.output
         assert not (tmp_path / "e").exists()  # nothing half-made is left
+
+
+@pytest.mark.parametrize("count", [3, 4])
+def test_the_median_layer_is_numpys_median_and_reloads(count, tmp_path):
+    """Odd and even counts (of an even number, the mean of the two middle values),
+    members that cross one another."""
+    from rnnkit.models.forecaster_layers import Median
+
+    rng = np.random.default_rng(count)
+    values = [rng.normal(size=(5, 4, 3)).astype("float32") for _ in range(count)]
+    inputs = [keras.Input((4, 3)) for _ in range(count)]
+    model = keras.Model(inputs, Median(name="quantiles")(inputs))
+    expected = np.median(np.stack(values), axis=0)
+    np.testing.assert_allclose(np.asarray(model(values)), expected, atol=1e-6)
+    again = load_model(save_model(model, tmp_path / "median.keras"))
+    np.testing.assert_allclose(np.asarray(again(values)), expected, atol=1e-6)
+
+
+def test_a_median_ensemble_is_the_median_of_its_members_and_exports(
+    tmp_path_factory, tmp_path, runtimes
+):
+    """`rnnkit ensemble --combine median` of three runs of the default data: its
+    forecasts are the element-wise median of the members' on the test windows (not
+    their mean), run.json and the config's header record the rule, and the LiteRT and
+    ONNX files (which sort by top-k) equal Keras in their runtimes, fresh processes."""
+    from tests.export.support import assert_close, run_fresh
+    from tests.export.test_export_recipes import artefact_path, exported
+    from tests.smoke_runs import smoke_run
+
+    first = smoke_run(tmp_path_factory, "forecasting")
+    assert first.exit_code == 0, first.output[-3000:]
+    runs = [first.run_dir]
+    for name, length, scaling in (("b", 48, "mean_abs"), ("c", 72, "last")):
+        made = invoke(
+            "run", "forecasting", "--config", str(SMOKE), "--run-dir",
+            str(tmp_path / name), "--set", f"data.input_length={length}",
+            "--set", f"model.scaling={scaling}", "--set", "model.embedding_dim=0",
+            "--epochs", "1",
+        )  # fmt: skip
+        assert made.exit_code == 0, made.output
+        runs.append(tmp_path / name)
+    joined = tmp_path / "joined"
+    result = invoke(
+        "ensemble", *map(str, runs), "--combine", "median", "--run-dir", str(joined)
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((joined / "run.json").read_text())["combine"] == "median"
+    assert "--combine median" in (joined / "config.toml").read_text()
+
+    _, config, model = recipe_config_model(joined)
+    data = recipe.load_data(config)
+    inputs, _, _ = data.windows.arrays(data.test_rows)
+    forecasts = []
+    for path in runs:
+        member = load_model(path / "model.keras")
+        own = {
+            t.name: inputs[t.name][:, -t.shape[1] :]
+            if t.name.startswith("past_")
+            else inputs[t.name]
+            for t in member.inputs
+        }
+        forecasts.append(member.predict(own, verbose=0))
+    combined = model.predict(inputs, verbose=0)
+    np.testing.assert_allclose(combined, np.median(forecasts, axis=0), rtol=1e-5)
+    assert not np.allclose(combined, np.mean(forecasts, axis=0), rtol=1e-3)
+
+    jobs = []
+    for format in ("tflite", "onnx"):
+        exported_run = exported(joined, format, tmp_path)
+        ids = (exported_run.output / "series.txt").read_text().splitlines()
+        row = {series: line + 1 for line, series in enumerate(ids)}
+        given = {k: np.asarray(v) for k, v in inputs.items() if k != "series"}
+        given["series_index"] = np.array([row[s] for s in inputs["series"]], "int32")
+        jobs.append((format, artefact_path(exported_run), "forecast", given))
+    for actual in run_fresh(tmp_path, jobs):
+        assert_close(actual, {"quantiles": combined})
+
+
+def test_an_unknown_way_to_combine_is_refused():
+    with pytest.raises(ConfigError, match="combine='vote' is not a way to combine"):
+        ensemble_model([], [config_of()], "vote")
