@@ -89,9 +89,11 @@ Optional hooks (defaults do nothing or refuse):
   when training fits another graph sharing its weights (a forecaster's teacher-forced
   decoder, or a likelihood's parameters where the forecast is sampled quantiles);
   default: the trained model itself.
-- `ensemble(models, configs) -> (model, config)`: one model of several trained runs'
-  models (`rnnkit ensemble RUN...`, which writes it as a run of its own), and the
-  config that feeds and evaluates it; the default refuses.
+- `ensemble(models, configs, combine="mean") -> (model, config)`: one model of several
+  trained runs' models (`rnnkit ensemble RUN... [--combine median]`, which writes it as
+  a run of its own), and the config that feeds and evaluates it; the default refuses.
+  `evaluate_validation(model, data, config)`: `evaluate` on the validation split
+  (`rnnkit evaluate --split validation`); the default refuses.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
   infers the direction from the name (a loss is minimised, an accuracy maximised).
 - `callbacks(config, data)`: extra Keras callbacks for every fit of this recipe's
@@ -136,11 +138,11 @@ What the commands call
 `rnnkit run` resolves the config, calls `check_config`, `load_data`, `build_model`,
 fits, then `evaluate` and `write_plots`. `rnnkit evaluate RUN_DIR [--data PATH]` reloads
 `model.keras` and `config.toml`, sets `data.path` to PATH if given, and calls
-`load_data` and `evaluate` (no training; `check_same_split` first). `rnnkit predict
-RUN_DIR INPUT...` reloads them and calls `predict` without loading any data. `rnnkit
-export RUN_DIR --format F` reloads them and writes what `export_plan` declares. `rnnkit
-tune` calls `search_space` and `build_model` once per trial and minimises `objective`
-on the validation split.
+`load_data` and `evaluate` (`evaluate_validation` with `--split validation`; no
+training; `check_same_split` first). `rnnkit predict RUN_DIR INPUT...` reloads them and
+calls `predict` without loading any data. `rnnkit export RUN_DIR --format F` reloads
+them and writes what `export_plan` declares. `rnnkit tune` calls `search_space` and
+`build_model` once per trial and minimises `objective` on the validation split.
 """
 
 from __future__ import annotations

@@ -63,10 +63,12 @@ def evaluate(
         )
         config = config.with_values(overrides)
         keras.utils.set_random_seed(config.train.seed)
+        if (
+            split == "validation"
+            and type(recipe).evaluate_validation is Recipe.evaluate_validation
+        ):  # the base hook's one-line refusal, before the data is loaded for it
+            recipe.evaluate_validation(model, None, config)
         score = recipe.evaluate if split == "test" else recipe.evaluate_validation
-        if type(recipe).evaluate_validation is Recipe.evaluate_validation:
-            if split == "validation":  # the hook's refusal, before loading the data
-                recipe.evaluate_validation(model, None, config)
         metrics = {split: score(model, recipe.load_data(config), config)}
         if output is not None:
             runner.write_json(output, metrics)

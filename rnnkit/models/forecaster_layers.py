@@ -1,5 +1,6 @@
 """The forecaster's own layers: the window scaling, the calendar terms it records,
-the cut of a window to a shorter input, and SegRNN's parallel segment decoder."""
+the cut of a window to a shorter input, SegRNN's parallel segment decoder, and the
+median of an ensemble's members."""
 
 from __future__ import annotations
 
@@ -153,11 +154,21 @@ class Median(keras.layers.Layer):
     runs along the last axis, which every export runtime sorts (top-k)."""
 
     def call(self, inputs):
-        values = ops.sort(ops.stack(list(inputs), axis=-1), axis=-1)
+        if not isinstance(inputs, list | tuple):
+            raise ValueError(
+                "Median takes a list of tensors of one shape, received "
+                f"{type(inputs).__name__}."
+            )
+        stacked = ops.stack(list(inputs), axis=-1)
+        values = ops.sort(stacked, axis=-1)
         middle = len(inputs) // 2
-        if len(inputs) % 2:
-            return values[..., middle]
-        return (values[..., middle - 1] + values[..., middle]) / 2
+        median = values[..., middle]
+        if len(inputs) % 2 == 0:
+            median = (values[..., middle - 1] + median) / 2
+        # A sort leaves NaN anywhere: a value that is not finite in any member is
+        # NaN in the median, as in a mean (0 * NaN and 0 * inf are NaN; no isnan op,
+        # which LiteRT lacks).
+        return median + ops.sum(stacked * 0, axis=-1)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[0])

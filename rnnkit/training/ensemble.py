@@ -67,8 +67,12 @@ def combine(
             "ensemble combines runs of one recipe"
         )
     recipe = loaded[0][0]
-    model, config = recipe.ensemble(
-        [model for _, _, model in loaded], [config for _, config, _ in loaded], how
+    models, configs = [m for _, _, m in loaded], [c for _, c, _ in loaded]
+    # A recipe written before `combine` existed takes (models, configs): the mean.
+    model, config = (
+        recipe.ensemble(models, configs)
+        if how == "mean"
+        else recipe.ensemble(models, configs, combine=how)
     )
     created = not run_dir or not Path(run_dir).exists()
     header = (

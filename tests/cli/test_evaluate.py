@@ -62,8 +62,17 @@ def test_evaluate_on_another_file(smoke_run, tmp_path):
         assert evaluated[table] != recorded[table], table
 
 
-def test_a_recipe_without_a_scored_validation_split_refuses_it(smoke_run, tmp_path):
-    """The stock recipe does not define evaluate_validation: one line, no output."""
+def test_a_recipe_without_a_scored_validation_split_refuses_it(
+    smoke_run, tmp_path, monkeypatch
+):
+    """The stock recipe does not define evaluate_validation: one line, no output,
+    and no data loaded for nothing."""
+    from rnnkit_recipes.stock.recipe import StockRecipe
+
+    def loading(*args):
+        raise AssertionError("the data was loaded before the refusal")
+
+    monkeypatch.setattr(StockRecipe, "load_data", loading)
     run_dir, _ = smoke_run
     output = tmp_path / "evaluation.json"
     result = invoke(

@@ -1,7 +1,7 @@
 """`rnnkit ensemble` of forecasting runs (recipes/forecasting/ensemble.py,
-rnnkit/training/ensemble.py): the ensemble is the mean of its members, each on its
-own window; it reloads, is a run that `rnnkit evaluate`, `predict` and `export` take,
-and bad combinations are one-line errors."""
+rnnkit/training/ensemble.py): the ensemble is the mean (or the median) of its
+members, each on its own window; it reloads, is a run that `rnnkit evaluate`,
+`predict` and `export` take, and bad combinations are one-line errors."""
 
 from __future__ import annotations
 
@@ -208,6 +208,18 @@ def test_the_median_layer_is_numpys_median_and_reloads(count, tmp_path):
     np.testing.assert_allclose(np.asarray(model(values)), expected, atol=1e-6)
     again = load_model(save_model(model, tmp_path / "median.keras"))
     np.testing.assert_allclose(np.asarray(again(values)), expected, atol=1e-6)
+    # A member that is not finite somewhere makes the median NaN there, as the mean.
+    values[1][0, 0, 0], values[-1][2, 1, 2] = np.nan, np.inf
+    combined = np.asarray(model(values))
+    assert np.isnan(combined[0, 0, 0]) and np.isnan(combined[2, 1, 2])
+    assert np.isfinite(combined).sum() == combined.size - 2
+
+
+def test_the_median_layer_takes_a_list():
+    from rnnkit.models.forecaster_layers import Median
+
+    with pytest.raises(ValueError, match="Median takes a list of tensors"):
+        Median()(np.zeros((2, 3), "float32"))
 
 
 def test_a_median_ensemble_is_the_median_of_its_members_and_exports(
