@@ -285,3 +285,22 @@ def test_a_median_ensemble_is_the_median_of_its_members_and_exports(
 def test_an_unknown_way_to_combine_is_refused():
     with pytest.raises(ConfigError, match="combine='vote' is not a way to combine"):
         ensemble_model([], [config_of()], "vote")
+
+
+def test_a_recipe_written_to_the_two_argument_hook_still_combines(
+    tmp_path_factory, tmp_path
+):
+    """A recipe whose `ensemble(models, configs)` predates `combine` makes the mean."""
+    from rnnkit.training.ensemble import combine
+    from tests.smoke_runs import smoke_run
+
+    class Legacy(ForecastingRecipe):
+        def ensemble(self, models, configs):
+            return super().ensemble(models, configs)
+
+    first = smoke_run(tmp_path_factory, "forecasting").run_dir
+    copy = shutil.copytree(first, tmp_path / "copy")
+    run_dir, metrics = combine([first, copy], lambda name: Legacy(), tmp_path / "e")
+    assert json.loads((run_dir / "run.json").read_text())["combine"] == "mean"
+    recorded = json.loads((first / "metrics.json").read_text())["test"]["model"]
+    assert metrics["test"]["model"] == pytest.approx(recorded, rel=1e-5)
