@@ -348,16 +348,17 @@ def ensemble_block(heading, next_heading):
 def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
     """The README's M4 ensemble: a run of configs/m4_hourly.toml, one of
     configs/m4_hourly_mean_abs.toml, one of configs/m4_hourly_student_t.toml and one
-    of configs/m4_hourly_segments.toml, each with only the data files, the seed and
-    its run directory given, then `rnnkit ensemble` of those four directories; each
-    config is the first or the one before it with one change."""
+    of configs/m4_hourly_segments.toml, each with only the data files, the seed (1)
+    and its run directory given, then `rnnkit ensemble --combine median` of those four
+    directories for seeds 1 to N (the four commands once per seed); each config is the
+    first or the one before it with one change."""
     runs, joined = ensemble_block("### M4 Hourly", "### ETTh1")
     names = [
         "m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml",
         "m4_hourly_segments.toml",
     ]  # fmt: skip
     assert len(runs) == len(names)
-    run_dirs, seeds = [], set()
+    run_dirs = []
     for words, name in zip(runs, names, strict=True):
         assert words[:5] == [
             "rnnkit", "run", "forecasting", "--config",
@@ -367,10 +368,15 @@ def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
         sets = [w.split("=")[0] for i, w in enumerate(words) if words[i - 1] == "--set"]
         assert sets == ["data.path", "data.test_path"]
         assert set(options) == {"--set", "--seed", "--run-dir"}
-        run_dirs.append(options["--run-dir"])
-        seeds.add(options["--seed"])
-    assert len(seeds) == 1
-    assert joined[:2] == ["rnnkit", "ensemble"] and joined[2:6] == run_dirs
+        assert options["--seed"] == "1" and options["--run-dir"].endswith("-1")
+        run_dirs.append(options["--run-dir"][: -len("-1")])
+    assert joined[:2] == ["rnnkit", "ensemble"]
+    members = joined[2 : joined.index("--combine")]
+    assert joined[joined.index("--combine") + 1] == "median"
+    seeds = len(members) // len(run_dirs)
+    assert seeds >= 2 and members == [
+        f"{run_dir}-{seed}" for seed in range(1, seeds + 1) for run_dir in run_dirs
+    ]
     standard, mean_abs, student_t, segments = (
         config_lib.resolve(recipe.Config, ROOT / "recipes/forecasting/configs" / name)
         for name in names
