@@ -164,13 +164,18 @@ class HawkBlock(keras.layers.Layer):
         else:
             before = ops.zeros((ops.shape(u)[0], taps, self.units), dtype=u.dtype)
         padded = ops.concatenate([before, u], axis=1)  # (batch, taps + time, units)
-        steps = ops.shape(u)[1]
-        kernel = ops.cast(self.conv_kernel, u.dtype)
-        out = ops.cast(self.conv_bias, u.dtype)
-        for k in range(self.conv_width):
-            out = out + padded[:, k : k + steps, :] * kernel[k]
+        out = self._taps(padded, ops.shape(u)[1])
         if carried is not None and taps:
             carried.assign(ops.cast(padded[:, -taps:, :], carried.dtype))
+        return out
+
+    def _taps(self, padded, steps):
+        """The convolution's `steps` outputs over `padded`, (batch, conv_width - 1 +
+        steps, units): each the bias plus the kernel's taps over its window."""
+        kernel = ops.cast(self.conv_kernel, padded.dtype)
+        out = ops.cast(self.conv_bias, padded.dtype)
+        for k in range(self.conv_width):
+            out = out + padded[:, k : k + steps, :] * kernel[k]
         return out
 
     def call(self, inputs, training=False):
@@ -208,10 +213,7 @@ class HawkBlock(keras.layers.Layer):
                 window = ops.concatenate(
                     [ops.cast(before, u.dtype), u[:, None, :]], axis=1
                 )  # (batch, conv_width, units), oldest first
-                kernel = ops.cast(self.conv_kernel, u.dtype)
-                u = ops.cast(self.conv_bias, u.dtype)
-                for k in range(self.conv_width):
-                    u = u + window[:, k, :] * kernel[k]
+                u = self._taps(window, 1)[:, 0, :]
                 carried["conv"] = window[:, 1:, :]
             cell = self.recurrent.cell
             mixed, carried["states"] = cell.step(

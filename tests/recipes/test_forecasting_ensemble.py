@@ -123,19 +123,7 @@ def test_rnnkit_ensemble_writes_a_run_like_any_other(
     metrics = json.loads((joined / "metrics.json").read_text())["test"]
 
     # Its forecasts are the members' mean on the test windows it is scored on.
-    _, config, model = recipe_config_model(joined)
-    data = recipe.load_data(config)
-    inputs, _, _ = data.windows.arrays(data.test_rows)
-    forecasts = []
-    for path in (first.run_dir, second):
-        member = load_model(path / "model.keras")
-        own = {
-            t.name: inputs[t.name][:, -t.shape[1] :]
-            if t.name.startswith("past_")
-            else inputs[t.name]
-            for t in member.inputs
-        }
-        forecasts.append(member.predict(own, verbose=0))
+    model, inputs, forecasts = member_forecasts(joined, [first.run_dir, second])
     np.testing.assert_allclose(
         model.predict(inputs, verbose=0), np.mean(forecasts, axis=0), rtol=1e-5
     )
@@ -158,6 +146,25 @@ def test_rnnkit_ensemble_writes_a_run_like_any_other(
         tmp_path, [("onnx", artefact_path(exported_run), "forecast", given)]
     )
     assert_close(actual, {"quantiles": model.predict(inputs, verbose=0)})
+
+
+def member_forecasts(joined, runs):
+    """The ensemble run `joined`'s model, its test windows' inputs, and each member
+    run's own forecasts of them (the last steps of the window it was trained on)."""
+    _, config, model = recipe_config_model(joined)
+    data = recipe.load_data(config)
+    inputs, _, _ = data.windows.arrays(data.test_rows)
+    forecasts = []
+    for path in runs:
+        member = load_model(path / "model.keras")
+        own = {
+            t.name: inputs[t.name][:, -t.shape[1] :]
+            if t.name.startswith("past_")
+            else inputs[t.name]
+            for t in member.inputs
+        }
+        forecasts.append(member.predict(own, verbose=0))
+    return model, inputs, forecasts
 
 
 def recipe_config_model(run_dir):
@@ -253,19 +260,7 @@ def test_a_median_ensemble_is_the_median_of_its_members_and_exports(
     assert json.loads((joined / "run.json").read_text())["combine"] == "median"
     assert "--combine median" in (joined / "config.toml").read_text()
 
-    _, config, model = recipe_config_model(joined)
-    data = recipe.load_data(config)
-    inputs, _, _ = data.windows.arrays(data.test_rows)
-    forecasts = []
-    for path in runs:
-        member = load_model(path / "model.keras")
-        own = {
-            t.name: inputs[t.name][:, -t.shape[1] :]
-            if t.name.startswith("past_")
-            else inputs[t.name]
-            for t in member.inputs
-        }
-        forecasts.append(member.predict(own, verbose=0))
+    model, inputs, forecasts = member_forecasts(joined, runs)
     combined = model.predict(inputs, verbose=0)
     np.testing.assert_allclose(combined, np.median(forecasts, axis=0), rtol=1e-5)
     assert not np.allclose(combined, np.mean(forecasts, axis=0), rtol=1e-3)
