@@ -92,7 +92,7 @@ Optional hooks (defaults do nothing or refuse):
 - `ensemble(models, configs, combine="mean") -> (model, config)`: one model of several
   trained runs' models (`rnnkit ensemble RUN... [--combine median]`, which writes it as
   a run of its own), and the config that feeds and evaluates it; the default refuses.
-  `evaluate_validation(model, data, config)`: `evaluate` on the validation split
+- `evaluate_validation(model, data, config)`: `evaluate` on the validation split
   (`rnnkit evaluate --split validation`); the default refuses.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
   infers the direction from the name (a loss is minimised, an accuracy maximised).

@@ -241,7 +241,7 @@ class ForecastingRecipe(Recipe):
 
         from rnnkit.files import write_csv
 
-        forecasts = test_forecasts(model, data, config)
+        forecasts = split_forecasts(model, data, config)
         fan_chart(forecasts, data, config, plot_dir / "fan_chart.png")
         error_by_step_plot(forecasts, data, plot_dir / "error_by_step.png")
         errors = error_by_step(forecasts)  # {system: sMAPE per step}
@@ -434,7 +434,7 @@ def _scores(
     from rnnkit_recipes.forecasting.evaluation import scores, standardized_errors
 
     _check_model_shape(model, config)
-    forecasts = test_forecasts(model, data, config, split)
+    forecasts = split_forecasts(model, data, config, split)
     table = scores(forecasts, config.data.seasonality, config.evaluation.interval)
     if config.evaluation.standardized:
         train = data.grid.values[:, : data.grid.train_end]
@@ -443,7 +443,7 @@ def _scores(
     return table
 
 
-def test_forecasts(
+def split_forecasts(
     model, data: ForecastingData, config: ForecastingConfig, split: str = "test"
 ):
     """The model's and the benchmarks' forecasts of every window of `split` ("test",

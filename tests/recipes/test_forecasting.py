@@ -524,9 +524,9 @@ def test_error_by_step_is_written_beside_its_plot(tmp_path, smoke_data):
     assert [int(r["step"]) for r in rows] == list(range(1, config.data.horizon + 1))
     assert {"model", "seasonal_naive", "naive2"} <= set(rows[0])
     # seasonal naive's step errors, by hand from the test windows
-    from rnnkit_recipes.forecasting.recipe import test_forecasts
+    from rnnkit_recipes.forecasting.recipe import split_forecasts
 
-    forecasts = test_forecasts(model, smoke_data, config)
+    forecasts = split_forecasts(model, smoke_data, config)
     naive = forecasts.baselines["seasonal_naive"]
     actual = forecasts.actual
     expected = np.nanmean(
