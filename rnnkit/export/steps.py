@@ -74,7 +74,7 @@ def _layer_step(layer: Any, index: int, units: int, hawk: bool):
             x, conv, states = layer.step(x, conv, states)  # (batch, E)
         else:
             conv = None
-            x, states = _cell_step(layer.cell, x, states)  # (batch, units)
+            x, states = _cell_step(cell, x, states)  # (batch, units)
         nexts = dict(zip(names, states, strict=True))
         if conv_name:
             nexts[conv_name] = conv

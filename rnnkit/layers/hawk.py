@@ -170,8 +170,9 @@ class HawkBlock(keras.layers.Layer):
         return out
 
     def _taps(self, padded, steps):
-        """The convolution's `steps` outputs over `padded`, (batch, conv_width - 1 +
-        steps, units): each the bias plus the kernel's taps over its window."""
+        """The convolution's `steps` outputs, (batch, steps, units), over `padded`,
+        (batch, conv_width - 1 + steps, units): each output the bias plus the
+        kernel's taps over its window."""
         kernel = ops.cast(self.conv_kernel, padded.dtype)
         out = ops.cast(self.conv_bias, padded.dtype)
         for k in range(self.conv_width):

@@ -165,10 +165,11 @@ class Median(keras.layers.Layer):
         median = values[..., middle]
         if len(inputs) % 2 == 0:
             median = (values[..., middle - 1] + median) / 2
-        # A sort leaves NaN anywhere: a value that is not finite in any member is
-        # NaN in the median, as in a mean (0 * NaN and 0 * inf are NaN; no isnan op,
-        # which LiteRT lacks).
-        return median + ops.sum(stacked * 0, axis=-1)
+        # A sort leaves NaN anywhere: where a member is NaN the median is NaN, as
+        # the mean is (x != x marks NaN; LiteRT has no isnan op). An infinite
+        # member is sorted like any other value that errs far.
+        missing = ops.where(ops.not_equal(stacked, stacked), stacked, 0.0)
+        return median + ops.sum(missing, axis=-1)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[0])

@@ -69,11 +69,15 @@ def combine(
     recipe = loaded[0][0]
     models, configs = [m for _, _, m in loaded], [c for _, c, _ in loaded]
     # A recipe written before `combine` existed takes (models, configs): the mean.
-    model, config = (
-        recipe.ensemble(models, configs)
-        if how == "mean"
-        else recipe.ensemble(models, configs, combine=how)
-    )
+    if how == "mean":
+        model, config = recipe.ensemble(models, configs)
+    elif _takes_combine(recipe.ensemble):
+        model, config = recipe.ensemble(models, configs, combine=how)
+    else:
+        raise ConfigError(
+            f"recipe {recipe.name!r} combines runs by their mean only (its ensemble "
+            f"takes no combine); drop --combine {how}"
+        )
     created = not run_dir or not Path(run_dir).exists()
     header = (
         f"rnnkit recipe: {recipe.name}\n"
@@ -115,3 +119,14 @@ def combine(
         remove_run(run_dir, created)
         raise
     return run_dir, metrics
+
+
+def _takes_combine(hook: Callable) -> bool:
+    """Whether a recipe's `ensemble` hook takes `combine` (the base's refusal does)."""
+    import inspect
+
+    parameters = inspect.signature(hook).parameters.values()
+    return any(
+        p.name == "combine" or p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in parameters
+    )

@@ -215,11 +215,16 @@ def test_the_median_layer_is_numpys_median_and_reloads(count, tmp_path):
     np.testing.assert_allclose(np.asarray(model(values)), expected, atol=1e-6)
     again = load_model(save_model(model, tmp_path / "median.keras"))
     np.testing.assert_allclose(np.asarray(again(values)), expected, atol=1e-6)
-    # A member that is not finite somewhere makes the median NaN there, as the mean.
+    # A member that is NaN somewhere makes the median NaN there, as the mean; one
+    # that is infinite is sorted like any value far out (the median of the rest's
+    # middle).
     values[1][0, 0, 0], values[-1][2, 1, 2] = np.nan, np.inf
     combined = np.asarray(model(values))
-    assert np.isnan(combined[0, 0, 0]) and np.isnan(combined[2, 1, 2])
-    assert np.isfinite(combined).sum() == combined.size - 2
+    assert np.isnan(combined[0, 0, 0])
+    assert np.isfinite(combined).sum() == combined.size - 1
+    assert combined[2, 1, 2] == pytest.approx(
+        np.median(np.stack(values)[:, 2, 1, 2]), abs=1e-6
+    )
 
 
 def test_the_median_layer_takes_a_list():
@@ -299,3 +304,7 @@ def test_a_recipe_written_to_the_two_argument_hook_still_combines(
     assert json.loads((run_dir / "run.json").read_text())["combine"] == "mean"
     recorded = json.loads((first / "metrics.json").read_text())["test"]["model"]
     assert metrics["test"]["model"] == pytest.approx(recorded, rel=1e-5)
+    # It cannot take the median: one line, and nothing written.
+    with pytest.raises(ConfigError, match="by their mean only .* drop --combine med"):
+        combine([first, copy], lambda name: Legacy(), tmp_path / "m", how="median")
+    assert not (tmp_path / "m").exists()
