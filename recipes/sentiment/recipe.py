@@ -326,7 +326,7 @@ def _language_model_of(key: str, run_dir: Path, reverse: bool) -> Any:
     """The LanguageModel of the word-level run in `run_dir` (`key` names the setting
     in errors); `reverse`: whether it must read text backwards."""
     from rnnkit.models.language_model import LanguageModel
-    from rnnkit.models.transfer import recorded_setting
+    from rnnkit.models.transfer import recorded_settings
     from rnnkit.training import runner
 
     config_file = run_dir / runner.CONFIG_FILE
@@ -335,14 +335,17 @@ def _language_model_of(key: str, run_dir: Path, reverse: bool) -> Any:
             f"{key}: {run_dir} is not a language_model run directory "
             "(train one with: rnnkit run language_model --set data.level=word ...)"
         )
-    # The language-model recipe's default level, for a config.toml that records none.
-    level = recorded_setting(config_file, "data.level", "char")
+    # The language-model recipe's defaults, for a config.toml that records none.
+    recorded = recorded_settings(
+        config_file, {"data.level": "char", "data.reverse": False}
+    )
+    level = recorded["data.level"]
     if level != "word":
         raise ConfigError(
             f"{key}: {run_dir} is a {level}-level language model; the "
             "classifier reads words (train it with --set data.level=word)"
         )
-    if bool(recorded_setting(config_file, "data.reverse", False)) != reverse:
+    if bool(recorded["data.reverse"]) != reverse:
         raise ConfigError(
             f"{key}: {run_dir} reads text "
             + (

@@ -168,14 +168,27 @@ def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> 
     The file is read as plain TOML, without the config class of the recipe that wrote
     it; an unreadable or invalid file is a `ConfigError`.
     """
+    return recorded_settings(config_file, {key: default})[key]
+
+
+def recorded_settings(
+    config_file: str | Path, defaults: dict[str, Any]
+) -> dict[str, Any]:
+    """`recorded_setting` for several dotted keys at once (the file read once):
+    each key of `defaults` mapped to its recorded value or to its default."""
     from rnnkit.config import read_toml
 
-    table: Any = read_toml(config_file)
-    for part in key.split("."):
-        if not isinstance(table, dict) or part not in table:
-            return default
-        table = table[part]
-    return table
+    recorded: Any = read_toml(config_file)
+    values = {}
+    for key, default in defaults.items():
+        table = recorded
+        for part in key.split("."):
+            if not isinstance(table, dict) or part not in table:
+                table = default
+                break
+            table = table[part]
+        values[key] = table
+    return values
 
 
 def _recurrent_layers(classifier: keras.Model, backward: bool = False) -> list[Any]:

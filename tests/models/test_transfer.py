@@ -18,6 +18,7 @@ from rnnkit.models.transfer import (
     discriminative_factors,
     layer_groups,
     recorded_setting,
+    recorded_settings,
 )
 from rnnkit.optimizers import LayerwiseAdam
 from tests.sentiment_support import imdb_sample
@@ -151,6 +152,9 @@ def test_recorded_setting_reads_a_run_config_without_its_recipe(tmp_path):
     config_file.write_text('# rnnkit recipe: language_model\n[data]\nlevel = "word"\n')
     assert recorded_setting(config_file, "data.level", "char") == "word"
     assert recorded_setting(config_file, "model.units", 7) == 7
+    assert recorded_settings(
+        config_file, {"data.level": "char", "data.level.x": 1, "model.units": 7}
+    ) == {"data.level": "word", "data.level.x": 1, "model.units": 7}
     config_file.write_text("[data\n")
     with pytest.raises(Exception, match="not valid TOML"):
         recorded_setting(config_file, "data.level")
