@@ -384,10 +384,19 @@ def test_one_command_pretrains_both_directions_and_resumes_every_stage(
         run_stage(recipe, stage_config, run_dir, "language_model")
 
 
-def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(monkeypatch):
-    """configs/imdb_pretrained.toml is what benchmarks/sentiment_pretraining.py
-    measured as `discriminative` (the README's figure): imdb.toml, the language model
-    of the benchmark's --lm-config, its layer-wise rates."""
+@pytest.mark.parametrize(
+    ("name", "base", "lm_config"),
+    [
+        ("imdb_pretrained", "imdb", "imdb_reviews"),
+        ("sst2_pretrained", "sst2", "sst2_phrases"),
+    ],
+)
+def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(
+    monkeypatch, name, base, lm_config
+):
+    """configs/NAME_pretrained.toml is what benchmarks/sentiment_pretraining.py
+    measured as `discriminative` (the README's figures): the base config, the language
+    model of the benchmark's --lm-config, its layer-wise rates."""
     import importlib
     import sys
 
@@ -397,15 +406,24 @@ def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(monkeypa
     benchmark = importlib.import_module("sentiment_pretraining")
     monkeypatch.delitem(sys.modules, "sentiment_pretraining")
     configs = ROOT / "recipes" / "sentiment" / "configs"
-    shipped = config_lib.load_toml(SentimentConfig, configs / "imdb_pretrained.toml")
+    shipped = config_lib.load_toml(SentimentConfig, configs / f"{name}.toml")
     variant = dict(benchmark.VARIANTS["discriminative"])
     assert variant.pop("pretrained") is True
-    lm_config = "recipes/language_model/configs/imdb_reviews.toml"
+    lm_config = f"recipes/language_model/configs/{lm_config}.toml"
     assert (ROOT / lm_config).is_file()
     expected = config_lib.resolve(
-        SentimentConfig, configs / "imdb.toml", {**variant, "model.pretrain": lm_config}
+        SentimentConfig,
+        configs / f"{base}.toml",
+        {**variant, "model.pretrain": lm_config},
     )
     assert shipped == expected
+    # The language model has the classifier's shapes, so its layers can be copied.
+    from rnnkit_recipes.language_model.config import LanguageModelConfig
+
+    language_model = config_lib.load_toml(LanguageModelConfig, ROOT / lm_config)
+    assert language_model.data.level == "word"
+    for key in ("model.cell_type", "model.units", "model.embedding_dim"):
+        assert language_model.get(key) == shipped.get(key), key
 
 
 def test_ulmfit_schedule_and_concat_pooling_from_the_config(reviews):
