@@ -14,9 +14,9 @@
     python benchmarks/sentiment_pretraining.py --variants scratch,discriminative
     python benchmarks/sentiment_pretraining.py --lm-run RUN_DIR   # reuse an LM run
     python benchmarks/sentiment_pretraining.py --seed 2            # another seed
-    python benchmarks/sentiment_pretraining.py \
-        --config recipes/sentiment/configs/sst2.toml \
-        --lm-config recipes/language_model/configs/sst2_phrases.toml \
+    python benchmarks/sentiment_pretraining.py \\
+        --config recipes/sentiment/configs/sst2.toml \\
+        --lm-config recipes/language_model/configs/sst2_phrases.toml \\
         --variants scratch,discriminative                    # SST-2
     python benchmarks/sentiment_pretraining.py --limit 500 --lm-limit 100000 \\
         --epochs 1                                           # a reduced check

@@ -153,8 +153,8 @@ def test_recorded_setting_reads_a_run_config_without_its_recipe(tmp_path):
     assert recorded_setting(config_file, "data.level", "char") == "word"
     assert recorded_setting(config_file, "model.units", 7) == 7
     assert recorded_settings(
-        config_file, {"data.level": "char", "data.level.x": 1, "model.units": 7}
-    ) == {"data.level": "word", "data.level.x": 1, "model.units": 7}
+        config_file, {"data.level": "char", "data.level.or": 1, "model.units": 7}
+    ) == {"data.level": "word", "data.level.or": 1, "model.units": 7}
     config_file.write_text("[data\n")
     with pytest.raises(Exception, match="not valid TOML"):
         recorded_setting(config_file, "data.level")

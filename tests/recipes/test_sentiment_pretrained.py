@@ -422,6 +422,8 @@ def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(
 
     language_model = config_lib.load_toml(LanguageModelConfig, ROOT / lm_config)
     assert language_model.data.level == "word"
+    assert language_model.data.path == shipped.data.path  # the training text only
+    assert language_model.data.lowercase == shipped.data.lowercase
     for key in ("model.cell_type", "model.units", "model.embedding_dim"):
         assert language_model.get(key) == shipped.get(key), key
 
