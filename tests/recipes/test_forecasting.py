@@ -345,17 +345,17 @@ def ensemble_block(heading, next_heading):
     return runs, joined
 
 
-def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
+def test_the_m4_ensemble_is_the_five_shipped_m4_configs():
     """The README's M4 ensemble: a run of configs/m4_hourly.toml, one of
-    configs/m4_hourly_mean_abs.toml, one of configs/m4_hourly_student_t.toml and one
-    of configs/m4_hourly_segments.toml, each with only the data files, the seed (1)
-    and its run directory given, then `rnnkit ensemble --combine median` of those four
-    directories for seeds 1 to N (the four commands once per seed); each config is the
-    first or the one before it with one change."""
+    configs/m4_hourly_mean_abs.toml, one of configs/m4_hourly_student_t.toml, one of
+    configs/m4_hourly_segments.toml and one of configs/m4_hourly_linear.toml, each with
+    only the data files, the seed (1) and its run directory given, then `rnnkit
+    ensemble --combine median` of those five directories for seeds 1 to N (the five
+    commands once per seed); each config is the first or another with one change."""
     runs, joined = ensemble_block("### M4 Hourly", "### ETTh1")
     names = [
         "m4_hourly.toml", "m4_hourly_mean_abs.toml", "m4_hourly_student_t.toml",
-        "m4_hourly_segments.toml",
+        "m4_hourly_segments.toml", "m4_hourly_linear.toml",
     ]  # fmt: skip
     assert len(runs) == len(names)
     run_dirs = []
@@ -374,10 +374,10 @@ def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
     members = joined[2 : joined.index("--combine")]
     assert joined[joined.index("--combine") + 1] == "median"
     seeds = len(members) // len(run_dirs)
-    assert seeds == 6 and members == [  # the text's "seeds 1 to 6", 24 runs
+    assert seeds == 6 and members == [  # the text's "seeds 1 to 6", 30 runs
         f"{run_dir}-{seed}" for seed in range(1, seeds + 1) for run_dir in run_dirs
     ]
-    standard, mean_abs, student_t, segments = (
+    standard, mean_abs, student_t, segments, linear = (
         config_lib.resolve(recipe.Config, ROOT / "recipes/forecasting/configs" / name)
         for name in names
     )
@@ -388,6 +388,7 @@ def test_the_m4_ensemble_is_the_four_shipped_m4_configs():
     assert segments == standard.with_values(
         {"model.decoder": "segments", "model.scaling": "last"}
     )
+    assert linear == standard.with_values({"model.architecture": "linear"})
 
 
 def test_the_etth1_ensemble_is_three_seeds_of_the_shipped_etth1_config():
