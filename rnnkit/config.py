@@ -582,11 +582,19 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     file is a one-line `ConfigError`."""
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read config file {path}: {error}") from None
+    return parse_toml(text, path)
+
+
+def parse_toml(text: str, path: str | Path) -> dict[str, Any]:
+    """The tables of the TOML `text` read from `path`, unchecked; invalid TOML is a
+    one-line `ConfigError` naming `path`."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
 

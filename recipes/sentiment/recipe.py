@@ -326,19 +326,18 @@ def _language_model_of(key: str, run_dir: Path, reverse: bool) -> Any:
     """The LanguageModel of the word-level run in `run_dir` (`key` names the setting
     in errors); `reverse`: whether it must read text backwards."""
     from rnnkit.models.language_model import LanguageModel
-    from rnnkit.models.transfer import recorded_settings
+    from rnnkit.models.transfer import settings_in
+    from rnnkit.training import run_dir as run_dir_lib
     from rnnkit.training import runner
 
-    config_file = run_dir / runner.CONFIG_FILE
-    if runner.recipe_of(config_file) != "language_model":
+    recipe, tables = run_dir_lib.read_run_config(run_dir / runner.CONFIG_FILE)
+    if recipe != "language_model":
         raise ConfigError(
             f"{key}: {run_dir} is not a language_model run directory "
             "(train one with: rnnkit run language_model --set data.level=word ...)"
         )
     # The language-model recipe's defaults, for a config.toml that records none.
-    recorded = recorded_settings(
-        config_file, {"data.level": "char", "data.reverse": False}
-    )
+    recorded = settings_in(tables, {"data.level": "char", "data.reverse": False})
     level = recorded["data.level"]
     if level != "word":
         raise ConfigError(

@@ -178,10 +178,15 @@ def recorded_settings(
     each key of `defaults` mapped to its recorded value or to its default."""
     from rnnkit.config import read_toml
 
-    recorded: Any = read_toml(config_file)
+    return settings_in(read_toml(config_file), defaults)
+
+
+def settings_in(tables: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """Each dotted key of `defaults` mapped to its value in the TOML `tables` of a
+    config file, or to its default where they hold none."""
     values = {}
     for key, default in defaults.items():
-        table = recorded
+        table: Any = tables
         for part in key.split("."):
             if not isinstance(table, dict) or part not in table:
                 table = default

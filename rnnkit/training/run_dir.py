@@ -31,7 +31,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rnnkit import config as config_lib
 from rnnkit.errors import RnnkitError
@@ -128,9 +128,25 @@ def config_header(recipe_name: str) -> str:
 def recipe_of(config_file: Path) -> str | None:
     """The recipe name recorded in the header of a written config.toml."""
     with contextlib.suppress(OSError):
-        for line in config_file.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# rnnkit recipe:"):
-                return line.split(":", 1)[1].strip()
+        return _recipe_in(config_file.read_text(encoding="utf-8"))
+    return None
+
+
+def read_run_config(config_file: Path) -> tuple[str | None, dict[str, Any]]:
+    """The recipe named in the header of a written config.toml and the file's tables,
+    read once: `(None, {})` when there is no readable file, a one-line `ConfigError`
+    when it is not valid TOML."""
+    try:
+        text = config_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None, {}
+    return _recipe_in(text), config_lib.parse_toml(text, config_file)
+
+
+def _recipe_in(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("# rnnkit recipe:"):
+            return line.split(":", 1)[1].strip()
     return None
 
 

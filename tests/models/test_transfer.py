@@ -19,6 +19,7 @@ from rnnkit.models.transfer import (
     layer_groups,
     recorded_setting,
     recorded_settings,
+    settings_in,
 )
 from rnnkit.optimizers import LayerwiseAdam
 from tests.sentiment_support import imdb_sample
@@ -155,6 +156,9 @@ def test_recorded_setting_reads_a_run_config_without_its_recipe(tmp_path):
     assert recorded_settings(
         config_file, {"data.level": "char", "data.level.or": 1, "model.units": 7}
     ) == {"data.level": "word", "data.level.or": 1, "model.units": 7}
+    assert settings_in({"data": {"level": "word"}}, {"data.level": "char"}) == {
+        "data.level": "word"
+    }
     config_file.write_text("[data\n")
     with pytest.raises(Exception, match="not valid TOML"):
         recorded_setting(config_file, "data.level")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rnnkit import config as config_lib
 from rnnkit.errors import DataError, RnnkitError, run_dir_of
 from rnnkit.training import run_dir, runner
 from tests.stock_support import ROOT
@@ -41,6 +42,18 @@ def test_a_new_run_dir_is_claimed_with_its_config_and_a_header(tmp_path):
     # The same second again: a suffix, never the same folder.
     again = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
     assert again != claimed and again.parent == claimed.parent
+
+
+def test_read_run_config_gives_the_header_and_the_tables_of_one_read(tmp_path):
+    claimed = run_dir.open_run_dir("toy", ToyConfig(), None, tmp_path, resume=False)
+    recipe, tables = run_dir.read_run_config(claimed / run_dir.CONFIG_FILE)
+    assert recipe == "toy"
+    assert tables == config_lib.read_toml(claimed / run_dir.CONFIG_FILE)
+    assert tables and "# rnnkit" not in str(tables)
+    assert run_dir.read_run_config(tmp_path / "none.toml") == (None, {})
+    (tmp_path / "bad.toml").write_text("# rnnkit recipe: toy\n[data\n")
+    with pytest.raises(config_lib.ConfigError, match="bad.toml is not valid TOML"):
+        run_dir.read_run_config(tmp_path / "bad.toml")
 
 
 def test_claims_of_one_name_in_one_instant_get_different_directories(
