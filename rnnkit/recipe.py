@@ -87,11 +87,10 @@ Optional hooks (defaults do nothing or refuse):
   model on each and reports per-fold and mean figures.
 - `inference_model(model)`: the model that `model.keras` holds, evaluated and served,
   when training fits another graph sharing its weights (a forecaster's teacher-forced
-  decoder, or a likelihood's parameters where the forecast is sampled quantiles);
-  default: the trained model itself.
+  decoder, a likelihood's parameters under sampled quantiles); default: `model` itself.
 - `ensemble(models, configs, combine="mean") -> (model, config)`: one model of several
-  trained runs' models (`rnnkit ensemble RUN... [--combine median]`, which writes it as
-  a run of its own), and the config that feeds and evaluates it; the default refuses.
+  trained runs' models (`rnnkit ensemble RUN... [--combine median]`, written as a run of
+  its own) and the config that evaluates it; `combines` names the ways it combines.
 - `evaluate_validation(model, data, config)`: `evaluate` on the validation split
   (`rnnkit evaluate --split validation`); the default refuses.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner
@@ -339,15 +338,19 @@ class Recipe:
         configs: Sequence[RecipeConfig],
         combine: str = "mean",
     ) -> tuple[keras.Model, RecipeConfig]:
-        """One model made of the trained `models` of several runs (`rnnkit ensemble`),
-        their outputs combined by `combine` ("mean" or "median"), and the config
-        that feeds and evaluates it (optional hook); raises ConfigError when the
-        runs cannot be combined."""
+        """One model of the trained `models` of several runs (`rnnkit ensemble`), their
+        outputs combined by `combine` (one of `combines`), and the config that feeds
+        and evaluates it (optional hook); ConfigError when they cannot be combined."""
         raise ConfigError(
             f"recipe {self.name!r} does not combine runs: its outputs are not "
             "averaged; rnnkit ensemble takes runs of a recipe that defines it "
             "(forecasting)"
         )
+
+    @property
+    def combines(self) -> tuple[str, ...]:
+        """The `combine` values `ensemble` takes (the mean where it is defined)."""
+        return () if type(self).ensemble is Recipe.ensemble else ("mean",)
 
     @property
     def backtests(self) -> bool:

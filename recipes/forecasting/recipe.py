@@ -219,6 +219,10 @@ class ForecastingRecipe(Recipe):
         with csv_files_of(inputs, what, "series.csv") as paths:
             return [{"series": forecast_records(model, p, config)} for p in paths]
 
+    @property
+    def combines(self) -> tuple[str, ...]:
+        return ("mean", "median")
+
     def ensemble(self, models, configs, combine="mean"):
         from rnnkit_recipes.forecasting.ensemble import ensemble_model
 

@@ -68,15 +68,17 @@ def combine(
         )
     recipe = loaded[0][0]
     models, configs = [m for _, _, m in loaded], [c for _, c, _ in loaded]
-    # A recipe written before `combine` existed takes (models, configs): the mean.
-    if how == "mean":
+    # The mean needs no `combine` argument: a hook written before it existed takes
+    # (models, configs); a recipe without the hook refuses in its own words.
+    if how == "mean" or not recipe.combines:
         model, config = recipe.ensemble(models, configs)
-    elif _takes_combine(recipe.ensemble):
+    elif how in recipe.combines:
         model, config = recipe.ensemble(models, configs, combine=how)
     else:
         raise ConfigError(
-            f"recipe {recipe.name!r} combines runs by their mean only (its ensemble "
-            f"takes no combine); drop --combine {how}"
+            f"recipe {recipe.name!r} combines runs by their "
+            f"{' or '.join(recipe.combines)} only (its `combines`); "
+            f"drop --combine {how}"
         )
     created = not run_dir or not Path(run_dir).exists()
     header = (
@@ -119,14 +121,3 @@ def combine(
         remove_run(run_dir, created)
         raise
     return run_dir, metrics
-
-
-def _takes_combine(hook: Callable) -> bool:
-    """Whether a recipe's `ensemble` hook takes `combine` (the base's refusal does)."""
-    import inspect
-
-    parameters = inspect.signature(hook).parameters.values()
-    return any(
-        p.name == "combine" or p.kind is inspect.Parameter.VAR_KEYWORD
-        for p in parameters
-    )

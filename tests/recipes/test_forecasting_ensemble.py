@@ -287,14 +287,25 @@ def test_an_unknown_way_to_combine_is_refused():
         ensemble_model([], [config_of()], "vote")
 
 
+def test_combines_names_the_ways_each_recipe_combines_runs():
+    from rnnkit import registry
+
+    assert ForecastingRecipe().combines == ("mean", "median")
+    assert registry.load("stock").combines == ()
+
+
 def test_a_recipe_written_to_the_two_argument_hook_still_combines(
     tmp_path_factory, tmp_path
 ):
-    """A recipe whose `ensemble(models, configs)` predates `combine` makes the mean."""
+    """A recipe whose `ensemble(models, configs)` predates `combine` makes the mean
+    (its `combines`, the base's, names the mean only)."""
+    from rnnkit.recipe import Recipe
     from rnnkit.training.ensemble import combine
     from tests.smoke_runs import smoke_run
 
     class Legacy(ForecastingRecipe):
+        combines = Recipe.combines
+
         def ensemble(self, models, configs):
             return super().ensemble(models, configs)
 
