@@ -25,6 +25,7 @@ from rnnkit.errors import ConfigError, DataError
 from tests import preloaded
 from tests.cli_support import Messages, error_line, invoke
 from tests.config_support import check_shipped_configs
+from tests.decoding_support import assert_n_best_widens_the_beam
 from tests.shared_data import require
 from tests.smoke_runs import smoke_run as shared_smoke_run
 from tests.stock_support import ROOT
@@ -480,24 +481,12 @@ def test_predict_captions_image_files_and_folders(smoke_run, tmp_path):
 def test_an_n_best_above_the_beam_widens_the_beam_for_that_call(smoke_run, tmp_path):
     """A beam of N keeps N hypotheses: --beam 1 --n-best 2 searches with a beam of 2
     (as the README says), not greedily."""
-    from rnnkit.training import runner
-
     run_dir, _ = smoke_run
     (name,) = real_images(1, "Flickr_8k.testImages.txt")
     with zipfile.ZipFile(IMAGE_ZIP) as archive:
         (tmp_path / name).write_bytes(archive.read(f"flickr8k_images_256/{name}"))
-    config = config_lib.load_toml(CaptioningConfig, run_dir / "config.toml")
-    model = runner.load_model(run_dir / "model.keras")
-
-    def predicted(beam_width: int, n_best: int) -> list[str]:
-        options = {"evaluation.beam_width": beam_width, "evaluation.n_best": n_best}
-        return CaptioningRecipe().predict(
-            model, [str(tmp_path / name)], config.with_values(options)
-        )
-
-    widened = predicted(1, 2)
-    assert len(widened) == 1 + 2, widened
-    assert widened == predicted(2, 2)
+    image = [str(tmp_path / name)]
+    assert_n_best_widens_the_beam(CaptioningRecipe(), run_dir, image, n_best=2)
 
 
 def test_search_space_gives_a_valid_config():

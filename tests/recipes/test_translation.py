@@ -25,6 +25,7 @@ from rnnkit.training import runner
 from tests import preloaded, smoke_runs
 from tests.cli_support import error_line, invoke
 from tests.config_support import check_shipped_configs
+from tests.decoding_support import assert_n_best_widens_the_beam
 from tests.shared_data import require
 from tests.stock_support import ROOT
 
@@ -209,19 +210,8 @@ def test_an_n_best_above_the_beam_widens_the_beam_for_that_call(smoke_run):
     """A beam of N keeps N hypotheses: --beam 1 --n-best 3 searches with a beam of 3
     (as the README says), not greedily with two empty slots."""
     run_dir, _ = smoke_run
-    config = config_lib.load_toml(TranslationConfig, run_dir / "config.toml")
-    model = runner.load_model(run_dir / "model.keras")
     sentences = ["Ein Hund rennt.", "Eine Frau liest ein Buch."]
-
-    def predicted(beam_width: int, n_best: int) -> list[str]:
-        options = {"evaluation.beam_width": beam_width, "evaluation.n_best": n_best}
-        return TranslationRecipe().predict(
-            model, sentences, config.with_values(options)
-        )
-
-    widened = predicted(1, 3)
-    assert len(widened) == 2 * (1 + 3), widened
-    assert widened == predicted(3, 3)
+    assert_n_best_widens_the_beam(TranslationRecipe(), run_dir, sentences, n_best=3)
 
 
 def test_subword_tokenizers_are_trained_on_training_text_and_saved_with_the_model(
