@@ -49,7 +49,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import cpu_line  # noqa: E402
+from timing import cpu_line, torch_as_tensorflow  # noqa: E402
 
 import rnnkit.layers  # noqa: E402
 
@@ -79,8 +79,11 @@ def training_gflop(family, steps_in_time, units) -> float:
 
 
 def torch_model(family, units):
-    """torch.nn.LSTM/GRU -> Linear(1) on the last output, Adam: the keras model."""
+    """torch.nn.LSTM/GRU -> Linear(1) on the last output, Adam: the keras model;
+    subnormals flushed to zero, as TensorFlow does (`timing.torch_as_tensorflow`)."""
     import torch
+
+    torch_as_tensorflow()
 
     class Model(torch.nn.Module):
         def __init__(self):

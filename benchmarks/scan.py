@@ -29,7 +29,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from timing import cpu_line, interleaved_seconds, run_phase  # noqa: E402
+from timing import (  # noqa: E402
+    cpu_line,
+    interleaved_seconds,
+    run_phase,
+    torch_as_tensorflow,
+)
 
 import rnnkit.layers  # noqa: E402
 
@@ -64,6 +69,7 @@ def torch_step(steps, units, batch):
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
+    torch_as_tensorflow()  # subnormals flushed, as TensorFlow does
     lstm = torch.nn.LSTM(units, units, batch_first=True)
     head = torch.nn.Linear(units, 1)
     optimizer = torch.optim.Adam([*lstm.parameters(), *head.parameters()], 1e-3)
