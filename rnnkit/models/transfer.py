@@ -16,9 +16,10 @@
   recipe's `data.reverse`) when one is given, and otherwise keeps its initialisation.
 
 Shapes are checked first: the same `embedding_dim`, cell type and `units`; a mismatch
-is a `ValueError` that names both values. `recorded_setting(config_file, "data.level")`
-reads what a language-model run recorded in its `config.toml` without that recipe's
-config class, so that a recipe that pre-trains from it imports no other recipe.
+is a `ValueError` that names both values. `settings_in(tables, {"data.level": "char"})`
+reads what a language-model run recorded in its `config.toml` (the tables that
+`rnnkit.training.run_dir.read_run_config` returns) without that recipe's config
+class, so that a recipe that pre-trains from it imports no other recipe.
 
 Fine-tuning the result as ULMFiT does: `layer_groups(classifier)` lists the layers from
 the output down (the output layer, each recurrent layer from the top, the word vectors);
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -159,26 +159,6 @@ def _copy_layers(layers: list[Any], language_model: Any) -> int:
         layer.set_weights(language_model.recurrent_layers[index].get_weights())
         copied += 1
     return copied
-
-
-def recorded_setting(config_file: str | Path, key: str, default: Any = None) -> Any:
-    """The value of the dotted `key` (e.g. `"data.level"`) in a run's `config.toml`,
-    or `default` when the file records none.
-
-    The file is read as plain TOML, without the config class of the recipe that wrote
-    it; an unreadable or invalid file is a `ConfigError`.
-    """
-    return recorded_settings(config_file, {key: default})[key]
-
-
-def recorded_settings(
-    config_file: str | Path, defaults: dict[str, Any]
-) -> dict[str, Any]:
-    """`recorded_setting` for several dotted keys at once (the file read once):
-    each key of `defaults` mapped to its recorded value or to its default."""
-    from rnnkit.config import read_toml
-
-    return settings_in(read_toml(config_file), defaults)
 
 
 def settings_in(tables: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

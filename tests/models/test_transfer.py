@@ -17,8 +17,6 @@ from rnnkit.models.transfer import (
     GradualUnfreezing,
     discriminative_factors,
     layer_groups,
-    recorded_setting,
-    recorded_settings,
     settings_in,
 )
 from rnnkit.optimizers import LayerwiseAdam
@@ -148,17 +146,9 @@ def test_gradual_unfreezing_needs_groups():
         GradualUnfreezing([])
 
 
-def test_recorded_setting_reads_a_run_config_without_its_recipe(tmp_path):
-    config_file = tmp_path / "config.toml"
-    config_file.write_text('# rnnkit recipe: language_model\n[data]\nlevel = "word"\n')
-    assert recorded_setting(config_file, "data.level", "char") == "word"
-    assert recorded_setting(config_file, "model.units", 7) == 7
-    assert recorded_settings(
-        config_file, {"data.level": "char", "data.level.or": 1, "model.units": 7}
-    ) == {"data.level": "word", "data.level.or": 1, "model.units": 7}
-    assert settings_in({"data": {"level": "word"}}, {"data.level": "char"}) == {
-        "data.level": "word"
-    }
-    config_file.write_text("[data\n")
-    with pytest.raises(Exception, match="not valid TOML"):
-        recorded_setting(config_file, "data.level")
+def test_settings_in_reads_dotted_keys_with_defaults():
+    tables = {"data": {"level": "word"}, "model": {"units": 64}}
+    assert settings_in(
+        tables, {"data.level": "char", "data.level.or": 1, "model.units": 7, "x.y": 0}
+    ) == {"data.level": "word", "data.level.or": 1, "model.units": 64, "x.y": 0}
+    assert settings_in({}, {"data.reverse": False}) == {"data.reverse": False}
