@@ -2,6 +2,7 @@
 copies hold the outputs of such a run."""
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -15,6 +16,12 @@ from tests.shared_data import SHARED_DATA, require
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# A line of TensorFlow's C++ log ("I0000 00:00:1795.. 8359 port.cc:153] ...") or
+# absl's note before it.
+TENSORFLOW_LOG = re.compile(
+    r"[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\]"
+    r"|WARNING: All log messages before absl"
+)
 # Notebooks marked slow (a quick local pass leaves them out with -m "not slow"). None
 # today: with QUICK below every notebook runs in well under a minute on a 2-core CPU.
 SLOW: set[str] = set()
@@ -155,6 +162,17 @@ def test_committed_notebook_was_run_top_to_bottom(path):
     assert counts == list(range(1, len(code_cells) + 1)), counts
     assert not _errors(notebook), _errors(notebook)[0].get("evalue")
     assert any(cell.get("outputs") for cell in code_cells), "no outputs kept"
+    # What a reader sees: no C++ start-up lines of TensorFlow (oneDNN, CUDA, XLA
+    # service), which say nothing about the lesson; run with TF_CPP_MIN_LOG_LEVEL=2.
+    noise = [
+        line
+        for cell in code_cells
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stderr"
+        for line in output.get("text", "").splitlines()
+        if TENSORFLOW_LOG.match(line)
+    ]
+    assert not noise, noise[:2]
 
 
 @pytest.mark.parametrize(
