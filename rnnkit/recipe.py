@@ -251,7 +251,7 @@ class Recipe:
         raise ConfigError(
             f"recipe {self.name!r} does not score its validation split; rnnkit "
             "evaluate --split validation takes runs of a recipe that defines it "
-            "(forecasting)"
+            "(forecasting, sentiment)"
         )
 
     def predict(
@@ -344,7 +344,7 @@ class Recipe:
         raise ConfigError(
             f"recipe {self.name!r} does not combine runs: its outputs are not "
             "averaged; rnnkit ensemble takes runs of a recipe that defines it "
-            "(forecasting)"
+            "(forecasting, sentiment)"
         )
 
     @property

@@ -186,6 +186,26 @@ class SentimentRecipe(Recipe):
             **baseline_table(data, config, (validation, test_probabilities)),
         }
 
+    def evaluate_validation(
+        self, model: keras.Model, data: SentimentData, config: SentimentConfig
+    ) -> Metrics:
+        """The model's row on the validation split (`rnnkit evaluate --split
+        validation`): what a choice between runs or ensembles reads."""
+        from rnnkit.metrics import classification_metrics
+
+        data = _in_model_order(model, data)
+        probabilities = _probabilities_by_length(
+            model, data.text.validation.texts, config.train.batch_size
+        )
+        return {
+            "model": classification_metrics(data.text.validation.labels, probabilities)
+        }
+
+    def ensemble(self, models, configs, combine="mean"):
+        from rnnkit_recipes.sentiment.ensemble import ensemble_model
+
+        return ensemble_model(models, configs, combine)
+
     def predict(
         self, model: keras.Model, inputs: Sequence[str], config: SentimentConfig
     ) -> list[str]:

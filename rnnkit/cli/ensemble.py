@@ -1,6 +1,6 @@
 """`rnnkit ensemble RUN_DIR RUN_DIR...`: trained runs of one recipe as one model (the
-mean or the median of their forecasts), written and evaluated as a run
-(`rnnkit.training.ensemble`)."""
+mean or the median of their forecasts, the mean of a classifier's probabilities),
+written and evaluated as a run (`rnnkit.training.ensemble`)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ def ensemble(run_dirs: tuple[Path, ...], output: Path | None, combine: str) -> N
 
     Forecasting runs: the ensemble forecasts the mean (or the median) of the members'
     quantiles (members may differ in model and input length; they must share the data,
-    the horizon and the quantiles). Nothing is retrained. The result is a run directory
-    like any other, evaluated on the members' test split: rnnkit evaluate, predict and
-    export take it.
+    the horizon and the quantiles). Sentiment runs: the mean of the members' class
+    probabilities (members may differ in model; they must share the data, train.seed,
+    which cuts the validation split, and the text settings). Nothing is retrained.
+    The result is a run directory like any other, evaluated on the members' test
+    split: rnnkit evaluate, predict and export take it.
     """
     load_frameworks()
     from rnnkit.training import ensemble as ensemble_lib

@@ -147,6 +147,35 @@ class ClassificationHead(keras.layers.Dense):
 
 
 @keras.saving.register_keras_serializable(package="rnnkit")
+class MeanProbabilities(keras.layers.Average):
+    """The output layer of an ensemble of classifiers: the mean of the members'
+    probabilities, which also knows the names of their classes (as
+    `ClassificationHead` does, so that `class_names_of` reads an ensemble too).
+
+    Args:
+        class_names: the members' class names in index order.
+        **kwargs: other `keras.layers.Average` arguments.
+
+    Call arguments:
+        inputs: list of the members' probabilities, each (batch, 1) or
+            (batch, num_classes).
+
+    Example:
+    >>> head = MeanProbabilities(["negative", "positive"])
+    >>> mean = head([np.full((1, 1), 0.2), np.full((1, 1), 0.6)])
+    >>> round(float(mean[0, 0]), 4)
+    0.4
+    """
+
+    def __init__(self, class_names: Sequence[str], **kwargs):
+        super().__init__(**kwargs)
+        self.class_names = [str(name) for name in class_names]
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "class_names": self.class_names}
+
+
+@keras.saving.register_keras_serializable(package="rnnkit")
 class MaskedGlobalMaxPooling1D(keras.layers.Layer):
     """The maximum of each feature over the unmasked time steps.
 

@@ -81,7 +81,8 @@ def test_a_recipe_without_a_scored_validation_split_refuses_it(
     assert result.exit_code == 1
     assert error_line(result) == (
         "Error: recipe 'stock' does not score its validation split; rnnkit evaluate "
-        "--split validation takes runs of a recipe that defines it (forecasting)"
+        "--split validation takes runs of a recipe that defines it (forecasting, "
+        "sentiment)"
     )
     assert not output.exists()
 
