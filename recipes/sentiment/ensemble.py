@@ -1,5 +1,5 @@
 """`rnnkit ensemble` of sentiment runs: one classifier whose probabilities are the mean
-of its members' (Mesnil et al. 2015 and ULMFiT average classifiers that err
+of its members' (Mesnil et al. 2014 and ULMFiT average classifiers that err
 differently: a forward- and a backward-initialised model, other cells or poolings).
 
 The members must have seen the same examples in the same roles: the same data, the
