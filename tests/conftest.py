@@ -30,6 +30,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # caller exported win.
 if os.environ.get("KERAS_BACKEND") == "jax":
     os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# `rnnkit run` loads the machine's `rnnkit calibrate` cache, which changes the loops
+# the layers take: the suite runs without the developer's cache (an empty folder of
+# its own, inherited by the processes tests start), as on a fresh
+# machine. The calibration tests point RNNKIT_CACHE_DIR at folders of their own.
+if "RNNKIT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["RNNKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="rnnkit-test-cache-")
 
 # Tests (node-id prefixes: a test, a file or a folder) that hold the suite's longest
 # tests (a quarter of a minute to three minutes each on a 2-core CPU), handed out first
