@@ -35,6 +35,7 @@ rnnkit's layer with `dtype="float32"` inside the mixed model.
     python benchmarks/recurrent.py --batch 16 --shards 1   # at another batch size
     python benchmarks/recurrent.py --torch --batch 1,64    # one table per batch size
     python benchmarks/recurrent.py --precision mixed_bfloat16  # and against float32
+    python benchmarks/recurrent.py --calibrated   # as `rnnkit calibrate` chose here
     KERAS_BACKEND=jax python benchmarks/recurrent.py   # on another backend
 """
 
@@ -313,6 +314,13 @@ def main():
         help="Dtype policy of the compared layers; a mixed one adds rnnkit and Keras "
         "in float32 on a line under each row (ratios: policy over float32).",
     )
+    parser.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="Load this machine's `rnnkit calibrate` measurements first, so that "
+        "rnnkit's layers follow them as they do in `rnnkit run` (without it the "
+        "defaults decide).",
+    )
     args = parser.parse_args()
     try:
         batches = [int(batch) for batch in args.batch.split(",")]
@@ -326,6 +334,17 @@ def main():
         torch.set_num_threads(os.cpu_count())
     peak = matmul_peak()
     print(f"CPU: {cpu_line()}; GPU: {accelerator_line()}")
+    if args.calibrated:
+        from rnnkit.layers import calibration
+
+        found = calibration.load()
+        print(
+            f"calibrated: {len(found)} measurements of this machine loaded "
+            f"({calibration.cache_file()})"
+            if found
+            else "calibrated: this machine has no measurements (run rnnkit "
+            "calibrate first); the defaults decide"
+        )
     path_notes = set()
     for BATCH in batches:  # the module's BATCH, which run_config reads
         print(

@@ -129,3 +129,57 @@ def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
     assert tape.gradient(outputs, x).dtype == tf.bfloat16
     assert "in float32 under mixed_bfloat16" in layer.execution_path
     assert "hand-written BPTT" in layer.execution_path
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU choice"
+)
+@pytest.mark.parametrize("isa", ["AMX", "AVX-512"])
+def test_under_mixed_bfloat16_a_wide_loop_keeps_bfloat16_on_a_cpu_with_amx(
+    isa, monkeypatch
+):
+    """From AMX_BFLOAT16_UNITS units on a CPU with AMX the loop computes in bfloat16,
+    uncompiled (TensorFlow's oneDNN matmuls use AMX, XLA's do not), and stays near
+    the float32 layer with the same weights; narrower, or without AMX, in float32."""
+    import tensorflow as tf
+
+    from rnnkit.layers import _kernels, calibration
+
+    if tf.config.get_visible_devices("GPU"):
+        pytest.skip("a GPU is visible: the loop computes in bfloat16 there")
+    machine = {**calibration.machine(), "isa": isa}
+    monkeypatch.setattr(calibration, "machine", lambda: machine)
+    wide = _kernels.AMX_BFLOAT16_UNITS
+    previous = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        layer = LSTM(wide, return_sequences=True, seed=1)
+        narrow = LSTM(wide // 2, seed=1)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    reference = LSTM(wide, return_sequences=True, seed=1)
+    x = np.random.RandomState(0).randn(2, 6, 3).astype("float32")
+    layer.build(x.shape)
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    assert narrow.cell.compute_dtype == "float32"
+    assert layer.cell.compute_dtype == ("bfloat16" if isa == "AMX" else "float32")
+    inputs = tf.constant(x, "bfloat16")
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        outputs = tf.function(lambda v: layer(v, training=True))(inputs)
+        loss = tf.reduce_sum(tf.cast(outputs, "float32") ** 2)
+    gradient = tape.gradient(loss, layer.trainable_weights[1])  # recurrent kernel
+    with tf.GradientTape() as tape:
+        expected = reference(x, training=True)
+        expected_loss = tf.reduce_sum(expected**2)
+    expected_gradient = tape.gradient(expected_loss, reference.trainable_weights[1])
+    assert outputs.dtype == tf.bfloat16
+    np.testing.assert_allclose(np.float32(outputs), expected, atol=2e-2)
+    scale = float(tf.reduce_max(tf.abs(expected_gradient)))
+    np.testing.assert_allclose(gradient, expected_gradient, atol=0.05 * scale, rtol=0)
+    if isa == "AMX":
+        assert "XLA-compiled" not in layer.execution_path
+        assert "in float32 under" not in layer.execution_path
+    else:
+        assert "in float32 under mixed_bfloat16" in layer.execution_path
