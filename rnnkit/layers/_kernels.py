@@ -54,13 +54,6 @@ def cudnn_mask_blocker(mask) -> str | None:
     return "left-padded mask"
 
 
-# Units from which a recurrent layer's loop keeps bfloat16 on a CPU with AMX: there
-# TensorFlow's oneDNN matmuls run bfloat16 on AMX tiles, and a step's matmuls are
-# large enough to gain more than the plain loop's dispatch costs (docs/performance.md,
-# "Mixed precision on a CPU", "On a CPU with AMX").
-AMX_BFLOAT16_UNITS = 1024
-
-
 def loop_in_float32(layer) -> bool:
     """Whether `layer`'s time loop (a recurrent layer's cell, the Bahdanau layer's
     per-query loop) computes in float32 although the layer's policy is
@@ -68,9 +61,7 @@ def loop_in_float32(layer) -> bool:
     slower than the float32 one (XLA's CPU backend has no fast bfloat16 matmul, and
     the hand-written backward pass runs in float32 only), while the float32 loop
     between bfloat16 neighbours runs at float32 speed, its inputs and outputs cast
-    once per sequence: docs/performance.md, "Mixed precision on a CPU". Except a
-    recurrent layer of at least `AMX_BFLOAT16_UNITS` units on a CPU with AMX
-    (`amx_bfloat16`), whose loop keeps bfloat16."""
+    once per sequence: docs/performance.md, "Mixed precision on a CPU"."""
     policy = layer.dtype_policy
     if (
         keras.backend.backend() != "tensorflow"
@@ -80,28 +71,7 @@ def loop_in_float32(layer) -> bool:
         return False
     import tensorflow as tf
 
-    if tf.config.get_visible_devices("GPU"):
-        return False
-    return not amx_bfloat16(getattr(layer, "cell", None))
-
-
-def amx_bfloat16(cell) -> bool:
-    """Whether `cell`'s loop computes faster in bfloat16 than in float32 on this
-    CPU: one with AMX (TensorFlow's oneDNN matmuls then use its tiles), in the plain
-    loop (XLA's CPU backend does not use AMX), for a cell whose step multiplies the
-    state by its recurrent kernel (those with a hand-written backward pass: LSTM,
-    GRU, SimpleRNN) of at least `AMX_BFLOAT16_UNITS` units. The scan cells, whose
-    gates do not read the state, were not measured and keep float32."""
-    units = getattr(cell, "units", None)
-    if (
-        getattr(cell, "bptt_num_saved", None) is None
-        or not isinstance(units, int)
-        or units < AMX_BFLOAT16_UNITS
-    ):
-        return False
-    from rnnkit.layers import calibration
-
-    return calibration.machine()["isa"] == "AMX"
+    return not tf.config.get_visible_devices("GPU")
 
 
 def fused_blockers(layer, cudnn: bool = True) -> list[str]:

@@ -51,12 +51,6 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         or tf.config.list_logical_devices("GPU")
     ):
         return False, None
-    from rnnkit.layers import _kernels
-
-    if layer.cell.compute_dtype == "bfloat16" and _kernels.amx_bfloat16(layer.cell):
-        # A bfloat16 loop on a CPU with AMX: XLA's CPU backend runs bfloat16 matmuls
-        # slower than float32 ones, TensorFlow's own (oneDNN) use AMX's tiles.
-        return False, None
     from rnnkit.layers import calibration
 
     measured = calibration.measured_choice(

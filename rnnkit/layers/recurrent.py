@@ -84,8 +84,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     Precision: under a mixed policy the products and gates run in the compute dtype
     and the carried states (h, the LSTM's c) accumulate in float32 (`STATE_DTYPE`), so
     small updates are not rounded away; on a TensorFlow CPU a `mixed_bfloat16`
-    layer's loop computes in float32 throughout, which is faster there, but for a
-    wide layer on a CPU with AMX (`_kernels.amx_bfloat16`). Why, and the
+    layer's loop computes in float32 throughout, which is faster there. Why, and the
     measurements: docs/guides/layers.md and docs/performance.md.
 
     Args:
