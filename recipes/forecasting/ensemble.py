@@ -54,6 +54,7 @@ def ensemble_model(
     from rnnkit_recipes.forecasting.recipe import ForecastingRecipe
 
     from rnnkit.models.forecaster_layers import LastSteps, Median
+    from rnnkit.training.ensemble import require_shared
 
     if combine not in COMBINE:
         raise ConfigError(
@@ -62,14 +63,13 @@ def ensemble_model(
         )
 
     first = configs[0]
-    for key in (*ForecastingRecipe.split_keys, *DATA_KEYS, "model.quantiles"):
-        values = [_comparable(config.get(key)) for config in configs]
-        if len(set(values)) > 1:
-            raise ConfigError(
-                f"the runs differ in {key} ({', '.join(map(str, values))}); the "
-                "members of an ensemble forecast the same windows of the same data: "
-                "combine runs that share it"
-            )
+    require_shared(
+        configs,
+        (*ForecastingRecipe.split_keys, *DATA_KEYS, "model.quantiles"),
+        "the members of an ensemble forecast the same windows of the same data: "
+        "combine runs that share it",
+        comparable=_comparable,
+    )
     length = max(config.data.input_length for config in configs)
     recurrent = [c.model.architecture == "recurrent" for c in configs]
     config = first.with_values(

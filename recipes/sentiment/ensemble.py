@@ -51,21 +51,20 @@ def ensemble_model(
     from rnnkit_recipes.sentiment.recipe import SentimentRecipe
 
     from rnnkit.models.sequence_classifier import MeanProbabilities, class_names_of
+    from rnnkit.training.ensemble import require_shared
 
     if combine != "mean":
         raise ConfigError(
             f"combine={combine!r}: sentiment runs are combined by the mean of their "
             "probabilities only; drop --combine"
         )
-    for key in (*SentimentRecipe.split_keys, *SHARED_KEYS):
-        values = [config.get(key) for config in configs]
-        if len({repr(value) for value in values}) > 1:
-            raise ConfigError(
-                f"the runs differ in {key} ({', '.join(map(str, values))}); the "
-                "members of a sentiment ensemble share the data, its split (train.seed "
-                "cuts the validation split) and the text settings: combine runs that "
-                "share them, e.g. different models of one seed"
-            )
+    require_shared(
+        configs,
+        (*SentimentRecipe.split_keys, *SHARED_KEYS),
+        "the members of a sentiment ensemble share the data, its split (train.seed "
+        "cuts the validation split) and the text settings: combine runs that share "
+        "them, e.g. different models of one seed",
+    )
     names = [class_names_of(model) for model in models]
     if any(other != names[0] for other in names[1:]):
         raise ConfigError(

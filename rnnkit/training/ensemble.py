@@ -121,3 +121,20 @@ def combine(
         remove_run(run_dir, created)
         raise
     return run_dir, metrics
+
+
+def require_shared(
+    configs: Sequence[Any],
+    keys: Sequence[str],
+    why: str,
+    comparable: Callable[[Any], Any] = repr,
+) -> None:
+    """For a recipe's `ensemble` hook: a one-line ConfigError naming the first of
+    `keys` whose value differs between the members' `configs` (values compared as
+    `comparable` makes them), `why` ending it: what members share and what to do."""
+    for key in keys:
+        values = [config.get(key) for config in configs]
+        if len({comparable(value) for value in values}) > 1:
+            raise ConfigError(
+                f"the runs differ in {key} ({', '.join(map(str, values))}); {why}"
+            )

@@ -73,6 +73,23 @@ def run_fresh(folder: Path, jobs: list[tuple[str, Path, str, dict]]) -> list[dic
     return [dict(np.load(spec["outputs"], allow_pickle=True)) for spec in specs]
 
 
+def exported_token_ids(result, texts: list[str]) -> np.ndarray:
+    """The token ids a client of an exported sentiment model sends for `texts`, from
+    what the export holds: its vocabulary.txt and the text settings its description
+    notes (as `rnnkit.export.clients` reads them)."""
+    from rnnkit.export.clients import sentiment_token_ids
+
+    notes = result.description["notes"]
+    vocabulary = (result.output / "vocabulary.txt").read_text("utf-8").split("\n")
+    return sentiment_token_ids(
+        texts,
+        vocabulary[:-1],
+        notes["sequence_length"],
+        notes["keep"],
+        notes["lowercase"],
+    )
+
+
 def assert_close(actual: dict, expected: dict, names=None) -> None:
     for name in names or expected:
         np.testing.assert_allclose(

@@ -19,7 +19,7 @@ from rnnkit.export.clients import (
     vocabulary_index,
 )
 from rnnkit.training import runner
-from tests.export.support import assert_close, run_fresh
+from tests.export.support import assert_close, exported_token_ids, run_fresh
 from tests.sentiment_support import imdb_sample
 from tests.shared_data import SHARED_DATA
 
@@ -145,14 +145,7 @@ def test_sentiment_probabilities(runs, format, tmp_path):
     expected = {"probabilities": class_probabilities(model, texts, verbose=0)}
     result = exported(runs("sentiment"), format, tmp_path)
     notes = result.description["notes"]
-    vocabulary = (result.output / "vocabulary.txt").read_text("utf-8").split("\n")
-    ids = sentiment_token_ids(
-        texts,
-        vocabulary[:-1],
-        notes["sequence_length"],
-        notes["keep"],
-        notes["lowercase"],
-    )
+    ids = exported_token_ids(result, texts)
     jobs = [(format, artefact_path(result), "classify_token_ids", {"token_ids": ids})]
     if format == "saved_model":
         jobs.append((format, result.output, "classify", {"text": np.array(texts)}))

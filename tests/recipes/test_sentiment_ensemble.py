@@ -123,18 +123,11 @@ def test_the_ensemble_predicts_and_exports_as_one_classifier(
     import onnxruntime
 
     from rnnkit.export import export
-    from rnnkit.export.clients import run_onnx, sentiment_token_ids
+    from rnnkit.export.clients import run_onnx
+    from tests.export.support import exported_token_ids
 
     exported = export(ensemble_run, format="onnx", output=tmp_path / "onnx")
-    notes = exported.description["notes"]
-    vocabulary = (exported.output / "vocabulary.txt").read_text("utf-8").split("\n")
-    ids = sentiment_token_ids(
-        texts,
-        vocabulary[:-1],
-        notes["sequence_length"],
-        notes["keep"],
-        notes["lowercase"],
-    )
+    ids = exported_token_ids(exported, texts)
     model_file = exported.output / exported.description["models"]["model"]["file"]
     session = onnxruntime.InferenceSession(str(model_file))
     np.testing.assert_allclose(
