@@ -32,6 +32,15 @@ default with `at_least=`, `above=`, `at_most=` and `below=` (for a list, every i
 A value outside the range, from TOML, `--set` or Python, is a `ConfigError` that names
 the key, the value and the allowed range.
 
+A config file that differs from another in a few keys starts from it and sets only
+those (`extend`, at the top, takes a path relative to the file's folder; the base file
+may extend another in turn):
+
+    # m4_hourly_linear.toml
+    extend = "m4_hourly.toml"
+    [model]
+    architecture = "linear"
+
 `None` cannot be written in TOML, so an optional field is left out of a written file
 when it is `None`; reading the file back gives the default, which is why every optional
 field must default to `None`.
@@ -558,23 +567,60 @@ def parse_assignments(
 # -- TOML -------------------------------------------------------------------------
 
 
+# A config file may start from another: `extend = "base.toml"` at its top (a path
+# relative to the file's folder) reads that file first, then this file's values over it.
+EXTEND_KEY = "extend"
+
+
 def _flatten_toml(document: Mapping[str, Any], path: Path) -> dict[str, Any]:
     flat = {}
     for section_name, table in document.items():
         if not isinstance(table, dict):
             raise ConfigError(
                 f"{path}: top-level key {section_name!r} must be a table "
-                f"such as [{section_name}]; valid tables: {', '.join(SECTIONS)}"
+                f"such as [{section_name}]; valid tables: {', '.join(SECTIONS)} "
+                f'(and, before them, {EXTEND_KEY} = "another.toml")'
             )
         for name, value in table.items():
             flat[f"{section_name}.{name}"] = value
     return flat
 
 
+def _extended_files(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, dotted values) of the config file `path` and of the files it extends,
+    the first that extends nothing first; one-line errors for a missing base file, a
+    value that is not a path, and files that extend each other."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    while True:
+        document = read_toml(path)
+        base = document.pop(EXTEND_KEY, None)
+        chain.insert(0, (path, _flatten_toml(document, path)))
+        if base is None:
+            return chain
+        if not isinstance(base, str) or not base:
+            raise ConfigError(
+                f"{path}: {EXTEND_KEY} takes the path of another config file, "
+                f'relative to this one\'s folder, e.g. {EXTEND_KEY} = "default.toml"'
+            )
+        extended = path.parent / base
+        if not extended.is_file():
+            raise ConfigError(
+                f"{path}: {EXTEND_KEY} = {base!r} names no file ({extended}); give a "
+                f"config file's path relative to {path.parent}"
+            )
+        if any(extended.resolve() == seen.resolve() for seen, _ in chain):
+            raise ConfigError(
+                f"{path}: {EXTEND_KEY} = {base!r} leads back to a file that extends "
+                f"{path.name}; remove {EXTEND_KEY} from one of them"
+            )
+        path = extended
+
+
 def toml_keys(path: str | Path) -> set[str]:
-    """The dotted keys a TOML config file sets. A run's config.toml sets every key its
-    recipe's config had when it ran, except those left None (written as comments)."""
-    return set(_flatten_toml(read_toml(path), Path(path)))
+    """The dotted keys a TOML config file sets, those of the files it extends too. A
+    run's config.toml sets every key its recipe's config had when it ran, except those
+    left None (written as comments)."""
+    return {key for _, values in _extended_files(Path(path)) for key in values}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -600,10 +646,12 @@ def parse_toml(text: str, path: str | Path) -> dict[str, Any]:
 
 
 def load_toml(config_cls: type[ConfigT], path: str | Path) -> ConfigT:
-    """Defaults of `config_cls` overridden by the values in a TOML file."""
-    path = Path(path)
-    document = read_toml(path)
-    return apply_values(config_cls(), _flatten_toml(document, path), source=str(path))
+    """Defaults of `config_cls` overridden by the values in a TOML file (after those
+    of the file it extends, if it starts with `extend = "other.toml"`)."""
+    config = config_cls()
+    for file, values in _extended_files(Path(path)):
+        config = apply_values(config, values, source=str(file))
+    return config
 
 
 def resolve(

@@ -24,7 +24,9 @@ def check_shipped_configs(recipe: Recipe) -> list[str]:
     for path in paths:
         config = config_lib.load_toml(recipe.Config, path)
         recipe.check_config(config)
-        for section_name, values in tomllib.loads(path.read_text("utf-8")).items():
+        document = tomllib.loads(path.read_text("utf-8"))
+        document.pop(config_lib.EXTEND_KEY, None)  # the file it names is checked too
+        for section_name, values in document.items():
             for name, value in values.items():
                 key = f"{section_name}.{name}"
                 written = tuple(value) if isinstance(value, list) else value

@@ -156,6 +156,66 @@ def test_missing_config_file(tmp_path):
         config_lib.load_toml(ToyConfig, tmp_path / "nope.toml")
 
 
+def test_a_file_extends_another_and_overrides_its_keys(tmp_path):
+    """`extend` reads the named file (relative to the extending one's folder, which
+    may extend a third) first, then the file's own keys over it."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "root.toml").write_text(
+        "[model]\nunits = 8\ncell_type = 'gru'\n[train]\nepochs = 7\n"
+    )
+    (tmp_path / "base" / "middle.toml").write_text(
+        "extend = 'root.toml'\n[model]\nunits = 16\n[data]\nwindow = 5\n"
+    )
+    (tmp_path / "leaf.toml").write_text(
+        "extend = 'base/middle.toml'\n[model]\ndropout = 0.25\n[data]\nwindow = 9\n"
+    )
+    config = config_lib.load_toml(ToyConfig, tmp_path / "leaf.toml")
+    assert (config.model.units, config.model.cell_type, config.train.epochs) == (
+        16,
+        "gru",
+        7,
+    )
+    assert (config.data.window, config.model.dropout) == (9, 0.25)
+    assert config_lib.toml_keys(tmp_path / "leaf.toml") == {
+        "model.units", "model.cell_type", "train.epochs", "data.window",
+        "model.dropout",
+    }  # fmt: skip
+    resolved = config_lib.resolve(
+        ToyConfig, tmp_path / "leaf.toml", {"model.units": 32}
+    )
+    assert (resolved.model.units, resolved.data.window) == (32, 9)
+    # What a run writes is the whole config, which reads back without the chain.
+    written = tmp_path / "written.toml"
+    written.write_text(config_lib.to_toml(config))
+    assert "extend" not in written.read_text()
+    assert config_lib.load_toml(ToyConfig, written) == config
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"a.toml": "extend = 'none.toml'\n"}, "extend = 'none.toml' names no file"),
+        ({"a.toml": "extend = 3\n"}, "extend takes the path of another config"),
+        ({"a.toml": "extend = 'a.toml'\n"}, "leads back to a file that extends"),
+        (
+            {"a.toml": "extend = 'b.toml'\n", "b.toml": "extend = 'a.toml'\n"},
+            "leads back to a file that extends",
+        ),
+        (
+            {"a.toml": "extend = 'b.toml'\n", "b.toml": "[model]\nunits = 'x'\n"},
+            "b.toml",
+        ),
+    ],
+)
+def test_bad_extends_are_one_line_errors(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as error:
+        config_lib.load_toml(ToyConfig, tmp_path / "a.toml")
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
 def test_fields_carry_help_and_types():
     infos = {info.key: info for info in config_lib.fields_of(ToyConfig)}
     assert infos["model.units"].help == "Units."
