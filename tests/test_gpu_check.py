@@ -78,3 +78,33 @@ def test_a_model_that_fails_gives_a_row_saying_why_and_the_run_goes_on(monkeypat
     assert failed[0]["failed"] == "RuntimeError: Unknown output type bfloat16"
     assert all(row["layer"] == "keras" for row in failed)
     assert not [row for row in rows if "ratio" in row]
+
+
+def test_it_runs_where_tensorflow_is_not_installed():
+    """The lent GPU machines hold PyTorch and JAX, not TensorFlow (its CUDA wheel is
+    too large to carry there): the script, with the benchmark modules it imports,
+    runs its toy sizes with TensorFlow unimportable (on PyTorch; JAX's run differs
+    only in the backend branches, each of which imports its own framework)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    without_tensorflow = (
+        "import runpy, sys; sys.modules['tensorflow'] = None; "
+        "sys.argv = ['gpu_check.py', '--quick']; "
+        "runpy.run_path('gpu_check.py', run_name='__main__')"
+    )
+    paths = [str(root), str(root / "benchmarks"), os.environ.get("PYTHONPATH", "")]
+    result = subprocess.run(
+        [sys.executable, "-c", without_tensorflow],
+        cwd=root / "benchmarks",
+        env={
+            **os.environ,
+            "KERAS_BACKEND": "torch",
+            "PYTHONPATH": os.pathsep.join(paths),
+        },
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "backend=torch  section=scan" in result.stdout
+    assert "every parity row within" in result.stdout
