@@ -96,6 +96,24 @@ def runtimes():
     stop_children()
 
 
+def member_run(tmp_path_factory, length: int, scaling: str) -> Path:
+    """A run of the default data through the launcher on a window of `length` steps
+    with `scaling`, made once per test session (tests/shared_once.py): read-only."""
+    from tests.shared_once import made_once
+
+    def make(folder):
+        made = invoke(
+            "run", "forecasting", "--config", str(SMOKE), "--run-dir",
+            str(folder / "run"), "--set", f"data.input_length={length}",
+            "--set", f"model.scaling={scaling}", "--set", "model.embedding_dim=0",
+            "--epochs", "1",
+        )  # fmt: skip
+        assert made.exit_code == 0, made.output
+
+    name = f"forecasting-member-{length}-{scaling}"
+    return made_once(tmp_path_factory, name, make) / "run"
+
+
 def test_rnnkit_ensemble_writes_a_run_like_any_other(
     tmp_path_factory, tmp_path, runtimes
 ):
@@ -107,13 +125,7 @@ def test_rnnkit_ensemble_writes_a_run_like_any_other(
 
     first = smoke_run(tmp_path_factory, "forecasting")
     assert first.exit_code == 0, first.output[-3000:]
-    second, joined = tmp_path / "second", tmp_path / "joined"
-    made = invoke(
-        "run", "forecasting", "--config", str(SMOKE), "--run-dir", str(second),
-        "--set", "data.input_length=48", "--set", "model.scaling=mean_abs",
-        "--set", "model.embedding_dim=0", "--epochs", "1",
-    )  # fmt: skip
-    assert made.exit_code == 0, made.output
+    second, joined = member_run(tmp_path_factory, 48, "mean_abs"), tmp_path / "joined"
     result = invoke(
         "ensemble", str(first.run_dir), str(second), "--run-dir", str(joined)
     )
@@ -247,16 +259,11 @@ def test_a_median_ensemble_is_the_median_of_its_members_and_exports(
 
     first = smoke_run(tmp_path_factory, "forecasting")
     assert first.exit_code == 0, first.output[-3000:]
-    runs = [first.run_dir]
-    for name, length, scaling in (("b", 48, "mean_abs"), ("c", 72, "last")):
-        made = invoke(
-            "run", "forecasting", "--config", str(SMOKE), "--run-dir",
-            str(tmp_path / name), "--set", f"data.input_length={length}",
-            "--set", f"model.scaling={scaling}", "--set", "model.embedding_dim=0",
-            "--epochs", "1",
-        )  # fmt: skip
-        assert made.exit_code == 0, made.output
-        runs.append(tmp_path / name)
+    runs = [
+        first.run_dir,
+        member_run(tmp_path_factory, 48, "mean_abs"),
+        member_run(tmp_path_factory, 72, "last"),
+    ]
     joined = tmp_path / "joined"
     result = invoke(
         "ensemble", *map(str, runs), "--combine", "median", "--run-dir", str(joined)
