@@ -591,6 +591,7 @@ def _extended_files(path: Path) -> list[tuple[Path, dict[str, Any]]]:
     the first that extends nothing first; one-line errors for a missing base file, a
     value that is not a path, and files that extend each other."""
     chain: list[tuple[Path, dict[str, Any]]] = []
+    seen = {path.resolve()}
     while True:
         document = read_toml(path)
         base = document.pop(EXTEND_KEY, None)
@@ -608,11 +609,12 @@ def _extended_files(path: Path) -> list[tuple[Path, dict[str, Any]]]:
                 f"{path}: {EXTEND_KEY} = {base!r} names no file ({extended}); give a "
                 f"config file's path relative to {path.parent}"
             )
-        if any(extended.resolve() == seen.resolve() for seen, _ in chain):
+        if extended.resolve() in seen:
             raise ConfigError(
                 f"{path}: {EXTEND_KEY} = {base!r} leads back to a file that extends "
                 f"{path.name}; remove {EXTEND_KEY} from one of them"
             )
+        seen.add(extended.resolve())
         path = extended
 
 

@@ -89,8 +89,8 @@ Optional hooks (defaults do nothing or refuse):
   when training fits another graph sharing its weights (a forecaster's teacher-forced
   decoder, a likelihood's parameters under sampled quantiles); default: `model` itself.
 - `ensemble(models, configs, combine="mean") -> (model, config)`: one model of several
-  trained runs' models (`rnnkit ensemble RUN... [--combine median]`, written as a run of
-  its own) and the config that evaluates it; `combines` names the ways it combines.
+  runs' models (`rnnkit ensemble RUN...`) and the config that evaluates it; `combines`
+  names its ways; `rnnkit.training.ensemble.require_shared` checks what runs share.
 - `evaluate_validation(model, data, config)`: `evaluate` on the validation split
   (`rnnkit evaluate --split validation`); the default refuses.
 - `objective`: the Keras metric that tuning optimises (default "val_loss"); Keras Tuner

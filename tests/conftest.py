@@ -35,9 +35,14 @@ if os.environ.get("KERAS_BACKEND") == "jax":
 # its own, inherited by the processes tests start), as on a fresh
 # machine. The calibration tests point RNNKIT_CACHE_DIR at folders of their own.
 if "RNNKIT_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["RNNKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="rnnkit-test-cache-")
+    # Removed when the process that made it ends (each xdist worker imports this
+    # file with the controller's folder already set, so only the controller owns it).
+    atexit.register(shutil.rmtree, os.environ["RNNKIT_CACHE_DIR"], ignore_errors=True)
 
 # Tests (node-id prefixes: a test, a file or a folder) that hold the suite's longest
 # tests (a quarter of a minute to three minutes each on a 2-core CPU), handed out first
