@@ -23,7 +23,7 @@ addressed by its dotted path, the same in all three places:
 
 Unknown keys are errors that name the nearest valid key. Supported leaf types: `bool`,
 `int`, `float`, `str`, `X | None` of those, and `tuple[int, ...]` / `tuple[str, ...]`
-(written as TOML arrays, or comma-separated on the command line). A field may restrict
+(TOML arrays, on the command line too, or comma-separated there). A field may restrict
 its values with `choices=(...)`, and a numeric field declares its range beside its
 default with `at_least=`, `above=`, `at_most=` and `below=` (for a list, every item):
 
@@ -478,6 +478,8 @@ def parse_text(info: FieldInfo, text: str) -> Any:
     base, optional = _strip_optional(info.type)
     if optional and text.strip().lower() in ("none", "null", ""):
         return None
+    if typing.get_origin(base) is tuple and text.strip().startswith("["):
+        return check_value(info, _toml_array(info, text), "command line")
     try:
         if typing.get_origin(base) is tuple:
             item_type = typing.get_args(base)[0]
@@ -487,6 +489,18 @@ def parse_text(info: FieldInfo, text: str) -> Any:
     except ValueError:
         raise ConfigError(
             f"{info.key}: expected {type_name(info.type)}, got {text!r}"
+        ) from None
+
+
+def _toml_array(info: FieldInfo, text: str) -> list[Any]:
+    """A list's command-line text written as a TOML array, as in a config file (the
+    way to give items that hold commas); a one-line error when it is not one."""
+    try:
+        return tomllib.loads(f"value = {text.strip()}")["value"]
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(
+            f"{info.key}: {text!r} is not a TOML array; write it as in a config "
+            'file, e.g. ["a", "b"] (strings quoted), or as items separated by commas'
         ) from None
 
 

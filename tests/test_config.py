@@ -108,6 +108,40 @@ def test_assignments_are_typed():
     }
 
 
+@dataclasses.dataclass
+class ListData(DataConfig):
+    names: tuple[str, ...] = field((), help="Names.")
+
+
+@dataclasses.dataclass
+class ListConfig(RecipeConfig):
+    data: ListData = section(ListData)
+
+
+def test_a_list_on_the_command_line_may_be_a_toml_array():
+    """As in a config file: the way to give items that hold commas."""
+
+    def parsed(config_cls, assignment):
+        return config_lib.parse_assignments(config_cls, [assignment])
+
+    assert parsed(ListConfig, 'data.names=["a=1,2", "b"]') == {
+        "data.names": ("a=1,2", "b")
+    }
+    assert parsed(ListConfig, "data.names=a=1,2") == {"data.names": ("a=1", "2")}
+    assert parsed(ListConfig, "data.names= []") == {"data.names": ()}
+    assert parsed(ToyConfig, "data.sizes=[4, 5]") == {"data.sizes": (4, 5)}
+    for config_cls, assignment, message in (
+        (ListConfig, 'data.names=["a"', "data.names: '[\"a\"' is not a TOML array"),
+        (ListConfig, "data.names=[a, b]", 'e.g. ["a", "b"] (strings quoted)'),
+        (ListConfig, 'data.names=["a", 1]', "expected str, got 1"),
+        (ToyConfig, "data.sizes=[4.5]", "expected int, got 4.5"),
+    ):
+        with pytest.raises(ConfigError) as error:
+            parsed(config_cls, assignment)
+        assert message in str(error.value)
+        assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     "assignment, message",
     [
