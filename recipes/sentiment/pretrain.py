@@ -92,13 +92,26 @@ def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
             )
 
 
+def checked_language_model_config(config: SentimentConfig):
+    """`language_model_config` with the language-model recipe's own checks of that
+    config, its errors naming model.pretrain: what `check_config` (and so
+    `--dry-run`) and the run ask before anything trains."""
+    recipe, stage_config = language_model_config(config)
+    try:
+        recipe.check_config(stage_config)
+    except ConfigError as error:
+        raise ConfigError(
+            f"model.pretrain: the language model's config: {error}"
+        ) from None
+    return recipe, stage_config
+
+
 def run_pretraining(config: SentimentConfig, run_dir: Path) -> SentimentConfig:
     """Runs the stages into `run_dir/stages/` (kept when finished, resumed when
     interrupted); returns the classifier's config, pointing at them."""
     from rnnkit.training.stages import run_stage
 
-    recipe, forward_config = language_model_config(config)
-    recipe.check_config(forward_config)
+    recipe, forward_config = checked_language_model_config(config)
     values = {
         "model.pretrain": None,
         "model.pretrain_backward": False,

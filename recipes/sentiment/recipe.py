@@ -340,6 +340,11 @@ def _check_pretraining(config: SentimentConfig) -> None:
             "a backward language model initialises the backward directions of a "
             "bidirectional classifier; set model.bidirectional=true"
         )
+    if model.pretrain is not None:
+        # The language model's file and settings, as the run will read them.
+        from rnnkit_recipes.sentiment.pretrain import checked_language_model_config
+
+        checked_language_model_config(config)
 
 
 def _language_model_of(key: str, run_dir: Path, reverse: bool) -> Any:

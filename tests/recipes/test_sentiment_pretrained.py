@@ -305,11 +305,30 @@ def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp
             },
             "trains a language model of hawk blocks",
         ),
+        (
+            {
+                "model.pretrain": str(word_file),
+                "model.pretrain_set": ("data.vocabulary_size=1",),
+            },
+            "model.pretrain: the language model's config: data.vocabulary_size=1",
+        ),
     ):
         config = sentiment_config(reviews, **values)
         with pytest.raises(config_lib.ConfigError, match=message):
             recipe.prepare(config, tmp_path / "run")
         assert not (tmp_path / "run").exists()
+        # The same before the run starts, and in `--dry-run`: check_config.
+        with pytest.raises(config_lib.ConfigError, match=message):
+            recipe.check_config(config)
+    result = invoke(
+        "run", "sentiment", "--config", str(SMOKE_CONFIG),
+        "--set", f"model.pretrain={word_file}",
+        "--set", 'model.pretrain_set=["train.seed=7", "x.y=1"]', "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: model.pretrain_set: unknown config key 'x.y' (--set)"
+    )
     # Tuning and other commands that build the model without running the stage.
     config = sentiment_config(reviews, **{"model.pretrain": str(word_file)})
     with pytest.raises(config_lib.ConfigError, match="train it once"):
