@@ -447,6 +447,32 @@ def test_the_pretrained_config_is_the_benchmarks_discriminative_variant(
         assert language_model.get(key) == shipped.get(key), key
 
 
+def test_the_wide_pretrained_config_is_the_measured_one(monkeypatch):
+    """configs/imdb_pretrained_256.toml, the README's figure of the wide path:
+    imdb_pretrained.toml at 256 units and word vectors, its language model as wide
+    and trained with seed 1337 whatever the classifier's seed (one language model
+    served the three splits measured)."""
+    from rnnkit_recipes.sentiment.pretrain import checked_language_model_config
+
+    from tests.sentiment_support import ROOT
+
+    monkeypatch.chdir(ROOT)  # model.pretrain is relative to the repository root
+    configs = ROOT / "recipes" / "sentiment" / "configs"
+    wide = config_lib.load_toml(SentimentConfig, configs / "imdb_pretrained_256.toml")
+    narrow = config_lib.load_toml(SentimentConfig, configs / "imdb_pretrained.toml")
+    narrow_values = narrow.flat()
+    changed = {k for k, v in wide.flat().items() if narrow_values[k] != v}
+    assert changed == {"model.units", "model.embedding_dim", "model.pretrain_set"}
+    assert (wide.model.units, wide.model.embedding_dim) == (256, 256)
+    for seed in (1337, 1, 2):
+        _, language_model = checked_language_model_config(
+            wide.with_values({"train.seed": seed})
+        )
+        model = language_model.model
+        assert (model.units, model.embedding_dim, model.tie_weights) == (256, 256, True)
+        assert language_model.train.seed == 1337
+
+
 def test_ulmfit_schedule_and_concat_pooling_from_the_config(reviews):
     """train.schedule=slanted_triangular gives the optimizer ULMFiT's schedule over
     every step of the run; model.pooling=concat gives the classifier concat pooling."""
