@@ -476,10 +476,11 @@ def _parse_scalar(base: type, text: str) -> Any:
 def parse_text(info: FieldInfo, text: str) -> Any:
     """Converts command-line text to the field's type ("none" clears an optional)."""
     base, optional = _strip_optional(info.type)
-    if optional and text.strip().lower() in ("none", "null", ""):
+    stripped = text.strip()
+    if optional and stripped.lower() in ("none", "null", ""):
         return None
-    if typing.get_origin(base) is tuple and text.strip().startswith("["):
-        return check_value(info, _toml_array(info, text), "command line")
+    if typing.get_origin(base) is tuple and stripped.startswith("["):
+        return check_value(info, _toml_array(info, stripped), "command line")
     try:
         if typing.get_origin(base) is tuple:
             item_type = typing.get_args(base)[0]
@@ -496,7 +497,7 @@ def _toml_array(info: FieldInfo, text: str) -> list[Any]:
     """A list's command-line text written as a TOML array, as in a config file (the
     way to give items that hold commas); a one-line error when it is not one."""
     try:
-        return tomllib.loads(f"value = {text.strip()}")["value"]
+        return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         raise ConfigError(
             f"{info.key}: {text!r} is not a TOML array; write it as in a config "
@@ -623,12 +624,13 @@ def _extended_files(path: Path) -> list[tuple[Path, dict[str, Any]]]:
                 f"{path}: {EXTEND_KEY} = {base!r} names no file ({extended}); give a "
                 f"config file's path relative to {path.parent}"
             )
-        if extended.resolve() in seen:
+        resolved = extended.resolve()
+        if resolved in seen:
             raise ConfigError(
                 f"{path}: {EXTEND_KEY} = {base!r} leads back to a file that extends "
                 f"{path.name}; remove {EXTEND_KEY} from one of them"
             )
-        seen.add(extended.resolve())
+        seen.add(resolved)
         path = extended
 
 
