@@ -137,7 +137,8 @@ class SentimentModelConfig(ModelConfig):
     pretrain_set: tuple[str, ...] = field(
         (),
         help="With model.pretrain: KEY=VALUE settings of the language model's config, "
-        "e.g. train.epochs=2 (its train.seed is the classifier's unless set here).",
+        "e.g. train.epochs=2 (its train.seed is the classifier's unless set here; "
+        "its model.cell_type, units and embedding_dim are the classifier's).",
     )
 
 

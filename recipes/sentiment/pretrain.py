@@ -8,8 +8,10 @@ The run first trains that word-level language model as its stage `language_model
 `RUN_DIR/stages/`, then trains the classifier initialised from them, exactly as
 `model.pretrained` (and `model.pretrained_backward`) would. `rnnkit run sentiment
 --resume RUN_DIR` keeps a finished stage, continues an interrupted one and then the
-classifier (`rnnkit.training.stages`). The language model's `train.seed` is the
-classifier's, so that every seed of the whole path is one command.
+classifier (`rnnkit.training.stages`). The language model takes the classifier's
+`train.seed`, `model.cell_type`, `model.units` and `model.embedding_dim` (what the
+transfer copies) unless `model.pretrain_set` sets them, so that every seed, cell and
+width of the whole path is one setting.
 
 The language model is a recipe of its own: it is loaded by its registered name, never
 imported from here.
@@ -28,12 +30,15 @@ if TYPE_CHECKING:
 # The stages' names (their folders under RUN_DIR/stages/).
 FORWARD_STAGE = "language_model"
 BACKWARD_STAGE = "language_model_backward"
+# What the transfer copies: the language model takes these from the classifier.
+_SHAPE_KEYS = ("cell_type", "units", "embedding_dim")
 
 
 def language_model_config(config: SentimentConfig):
     """The language-model recipe and the config of the forward stage: the file of
-    `model.pretrain` with `model.pretrain_set` applied; one-line errors for a missing
-    file, unknown settings or a model that does not read words."""
+    `model.pretrain` with the classifier's seed, cell type and sizes, then
+    `model.pretrain_set`, applied; one-line errors for a missing file, unknown
+    settings or a model that does not read words."""
     from rnnkit import config as config_lib
     from rnnkit import registry
 
@@ -50,7 +55,10 @@ def language_model_config(config: SentimentConfig):
         )
     except ConfigError as error:
         raise ConfigError(f"model.pretrain_set: {error}") from None
-    values = {"train.seed": config.train.seed, **values}
+    inherited = {"train.seed": config.train.seed}
+    for key in _SHAPE_KEYS:
+        inherited[f"model.{key}"] = getattr(config.model, key)
+    values = {**inherited, **values}
     stage_config = config_lib.resolve(recipe.Config, path, values)
     if stage_config.data.level != "word":
         raise ConfigError(
@@ -82,13 +90,13 @@ def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
             f"{stage_config.model.block} blocks, whose weights have no place in the "
             "classifier's recurrent layers (model.pretrain_set=model.block=none)"
         )
-    for key in ("cell_type", "units", "embedding_dim"):
+    for key in _SHAPE_KEYS:
         ours, theirs = getattr(config.model, key), getattr(stage_config.model, key)
         if ours != theirs:
             raise ConfigError(
-                f"model.pretrain: the language model's model.{key} is {theirs!r}, "
-                f"the classifier's {ours!r}; set them equal (model.pretrain_set="
-                f"model.{key}={ours} sets the language model's)"
+                f"model.pretrain_set: the language model's model.{key} is {theirs!r}, "
+                f"the classifier's {ours!r}; leave model.{key} out of "
+                "model.pretrain_set (the language model takes the classifier's)"
             )
 
 

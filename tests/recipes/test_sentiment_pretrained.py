@@ -288,8 +288,13 @@ def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp
             "model.pretrain_set: unknown config key 'x.y'",
         ),
         (
-            {"model.pretrain": str(word_file), "model.units": 32},
-            "language model's model.units is 16, the classifier's 32",
+            {
+                "model.pretrain": str(word_file),
+                "model.units": 32,
+                "model.pretrain_set": ("model.units=16",),
+            },
+            "model.pretrain_set: the language model's model.units is 16, the "
+            "classifier's 32; leave model.units out of model.pretrain_set",
         ),
         (
             {
@@ -333,6 +338,28 @@ def test_pretraining_files_and_settings_are_checked_before_training(reviews, tmp
     config = sentiment_config(reviews, **{"model.pretrain": str(word_file)})
     with pytest.raises(config_lib.ConfigError, match="train it once"):
         recipe.build_model(config, recipe.load_data(config))
+
+
+def test_the_language_model_takes_the_classifiers_cell_sizes_and_seed(
+    reviews, tmp_path
+):
+    """A width, cell or seed of the classifier is one setting: the language model
+    of `model.pretrain` takes them (its file says GRU, 16 units, 32-dimensional
+    vectors); `model.pretrain_set` still sets its other keys."""
+    from rnnkit_recipes.sentiment.pretrain import checked_language_model_config
+
+    word_file = write_language_model_config(tmp_path / "word.toml", reviews[0])
+    config = sentiment_config(reviews, **{
+        "model.pretrain": str(word_file), "model.cell_type": "mingru",
+        "model.units": 24, "model.embedding_dim": 12, "train.seed": 7,
+        "model.pretrain_set": ("train.epochs=2",),
+    })  # fmt: skip
+    SentimentRecipe().check_config(config)
+    _, language_model = checked_language_model_config(config)
+    model = language_model.model
+    assert (model.cell_type, model.units, model.embedding_dim) == ("mingru", 24, 12)
+    assert (language_model.train.seed, language_model.train.epochs) == (7, 2)
+    assert language_model.data.path == str(reviews[0])  # the file's own settings
 
 
 @pytest.mark.slow
@@ -461,7 +488,7 @@ def test_the_wide_pretrained_config_is_the_measured_one(monkeypatch):
     narrow = config_lib.load_toml(SentimentConfig, configs / "imdb_pretrained.toml")
     narrow_values = narrow.flat()
     changed = {k for k, v in wide.flat().items() if narrow_values[k] != v}
-    assert changed == {"model.units", "model.embedding_dim", "model.pretrain_set"}
+    assert changed == {"model.units", "model.embedding_dim"}
     assert (wide.model.units, wide.model.embedding_dim) == (256, 256)
     for seed in (1337, 1, 2):
         _, language_model = checked_language_model_config(
