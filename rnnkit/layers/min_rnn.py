@@ -168,17 +168,27 @@ class MinLSTMCell(_InputGatedCell):
     num_gates = 3
 
     def decay_and_input(self, projected):
-        forget, update, candidate = projected
-        f = ops.sigmoid(ops.cast(forget, STATE_DTYPE))
-        i = ops.sigmoid(ops.cast(update, STATE_DTYPE))
-        total = f + i
-        return f / total, (i / total) * self.candidate(candidate)
+        # f' = f / (f + i) = sigmoid(log f - log i), and i' = sigmoid(log i - log f):
+        # the quotient is 0 / 0 where both sigmoids underflow (gates below -88).
+        odds = self._log_odds(projected)
+        return ops.sigmoid(odds), ops.sigmoid(-odds) * self.candidate(projected[2])
 
     def log_decay(self, projected):
-        # log f' = log f - log(f + i), with log sigmoid(g) = -softplus(-g).
-        log_f = -ops.softplus(-ops.cast(projected[0], STATE_DTYPE))
-        log_i = -ops.softplus(-ops.cast(projected[1], STATE_DTYPE))
-        return log_f - ops.logaddexp(log_f, log_i)
+        return _log_sigmoid(self._log_odds(projected))
+
+    def _log_odds(self, projected):
+        """log f_t - log i_t, finite for any gates."""
+        forget, update = (ops.cast(g, STATE_DTYPE) for g in projected[:2])
+        return _log_sigmoid(forget) - _log_sigmoid(update)
+
+
+def _log_sigmoid(x):
+    """log sigmoid(x) = -softplus(-x) = -(m + log(exp(-m) + exp(-x - m))) with
+    m = max(-x, 0) held constant: finite for every x (the sum is in [1, 2]), its
+    gradient sigmoid(-x) everywhere, and built from ops every runtime has (LiteRT
+    turns `softplus` into log(1 + exp(x)), which overflows beyond 88)."""
+    m = ops.stop_gradient(ops.maximum(-x, 0.0))
+    return -(m + ops.log(ops.exp(-m) + ops.exp(-x - m)))
 
 
 # The arguments that belong to the layer; the others are the cell's.

@@ -305,6 +305,49 @@ def test_the_log_form_survives_decays_whose_products_underflow():
     np.testing.assert_allclose(d_b, expected, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["step loop", "parallel", "log", "sequential"])
+def test_minlstm_holds_where_both_gates_underflow(kind):
+    """Gate pre-activations below -88, where sigmoid(g) rounds to 0 in float32 and
+    f / (f + i) was 0 / 0 (a language model of Hawk's blocks of minLSTM turned NaN
+    after 25 minutes of training): outputs and gradients finite and equal to the
+    equations in float64, in every form."""
+    from rnnkit.testing.recurrent import outputs_and_gradients
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 1))
+    # Unit 0: forget -100 + x, update -97 (f' about 0.05); unit 1 ordinary.
+    kernel = np.array([[1.0, 0.5, 0.0, -0.3, 1.0, 0.7]])
+    bias = np.array([-100.0, 0.2, -97.0, 0.1, 0.3, -0.4])
+    cotangent = rng.standard_normal((2, 5, 2))
+
+    def reference(x, kernel, bias):
+        outputs = min_forward(min_lstm_gates)(x, [kernel, bias], None, None, {})
+        return np.sum(outputs * cotangent), outputs
+
+    if kind == "step loop":
+        layer = keras.layers.RNN(MinLSTMCell(2), return_sequences=True)
+    else:
+        layer = MinLSTM(2, scan=kind, return_sequences=True)
+    layer(x.astype("float32"))
+    layer.set_weights([kernel, bias])
+    outputs, (d_kernel, d_bias), d_x, _ = outputs_and_gradients(
+        layer, x, [cotangent.astype("float32")]
+    )
+    values = {"x": x, "kernel": kernel, "bias": bias}
+    expected = {}
+    for name, value in values.items():  # central differences, float64
+        grad = np.zeros_like(value)
+        for index in np.ndindex(value.shape):
+            moved = [{**values, name: value.copy()} for _ in range(2)]
+            moved[0][name][index] += 1e-6
+            moved[1][name][index] -= 1e-6
+            grad[index] = (reference(**moved[0])[0] - reference(**moved[1])[0]) / 2e-6
+        expected[name] = grad
+    np.testing.assert_allclose(outputs[0], reference(**values)[1], atol=1e-5)
+    for got, name in ((d_kernel, "kernel"), (d_bias, "bias"), (d_x, "x")):
+        np.testing.assert_allclose(np.asarray(got), expected[name], atol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("scan", ["parallel", "log"])
 @pytest.mark.parametrize(
