@@ -57,7 +57,14 @@ def language_model_config(config: SentimentConfig):
         raise ConfigError(f"model.pretrain_set: {error}") from None
     inherited = {"train.seed": config.train.seed}
     for key in _SHAPE_KEYS:
-        inherited[f"model.{key}"] = getattr(config.model, key)
+        ours = inherited[f"model.{key}"] = getattr(config.model, key)
+        theirs = values.get(f"model.{key}", ours)
+        if theirs != ours:  # what the transfer copies must agree
+            raise ConfigError(
+                f"model.pretrain_set: the language model's model.{key} is {theirs!r}, "
+                f"the classifier's {ours!r}; leave model.{key} out of "
+                "model.pretrain_set (the language model takes the classifier's)"
+            )
     values = {**inherited, **values}
     stage_config = config_lib.resolve(recipe.Config, path, values)
     if stage_config.data.level != "word":
@@ -70,14 +77,14 @@ def language_model_config(config: SentimentConfig):
             f"model.pretrain: {path} reads text backwards (data.reverse); give the "
             "forward model's config (model.pretrain_backward adds the backward one)"
         )
-    _check_shapes(config, stage_config, path)
+    _check_architecture(stage_config, path)
     return recipe, stage_config
 
 
-def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
-    """Before any training: the language model must be stacked recurrent layers,
-    with the classifier's cell type, units and embedding size (what the transfer
-    copies); otherwise a one-line error that names both values."""
+def _check_architecture(stage_config, path: Path) -> None:
+    """Before any training: the language model must be stacked recurrent layers
+    (its cell type and sizes are the classifier's: `language_model_config`);
+    otherwise a one-line error."""
     if stage_config.model.architecture != "rnn":
         raise ConfigError(
             f"model.pretrain: {path} trains a {stage_config.model.architecture} "
@@ -90,14 +97,6 @@ def _check_shapes(config: SentimentConfig, stage_config, path: Path) -> None:
             f"{stage_config.model.block} blocks, whose weights have no place in the "
             "classifier's recurrent layers (model.pretrain_set=model.block=none)"
         )
-    for key in _SHAPE_KEYS:
-        ours, theirs = getattr(config.model, key), getattr(stage_config.model, key)
-        if ours != theirs:
-            raise ConfigError(
-                f"model.pretrain_set: the language model's model.{key} is {theirs!r}, "
-                f"the classifier's {ours!r}; leave model.{key} out of "
-                "model.pretrain_set (the language model takes the classifier's)"
-            )
 
 
 def checked_language_model_config(config: SentimentConfig):
