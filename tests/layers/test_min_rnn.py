@@ -345,7 +345,9 @@ def test_minlstm_holds_where_both_gates_underflow(kind):
         expected[name] = grad
     np.testing.assert_allclose(outputs[0], reference(**values)[1], atol=1e-5)
     for got, name in ((d_kernel, "kernel"), (d_bias, "bias"), (d_x, "x")):
-        np.testing.assert_allclose(np.asarray(got), expected[name], atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(got), expected[name], atol=1e-4, err_msg=name
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
