@@ -18,7 +18,7 @@ import keras
 from keras import ops
 
 from rnnkit._keras_private import backend as keras_backend
-from rnnkit.layers import _batch_shards, _export, _xla_policy
+from rnnkit.layers import _batch_shards, _export, _one_sequence, _xla_policy
 from rnnkit.layers._cell_math import STATE_DTYPE
 
 
@@ -93,6 +93,17 @@ def generic_path(layer, sequences, initial_state, mask, training):
             return generic_loop(layer, sequences, initial_state, mask, training)
 
         return "generic loop, for export (builtin ops)", plain_loop
+    if not _one_sequence.blockers(layer, sequences, mask, training):
+        compiled = _one_sequence.compiles(layer, sequences)
+
+        def one_sequence():
+            return _one_sequence.run(layer, sequences, initial_state, compiled)
+
+        return (
+            "one-sequence loop, input projection hoisted"
+            + (", XLA-compiled" if compiled else ""),
+            one_sequence,
+        )
     hand_written = False
     bptt = ""
     if training:
