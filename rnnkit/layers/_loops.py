@@ -94,16 +94,11 @@ def generic_path(layer, sequences, initial_state, mask, training):
 
         return "generic loop, for export (builtin ops)", plain_loop
     if not _one_sequence.blockers(layer, sequences, mask, training):
-        compiled = _one_sequence.compiles(layer, sequences)
 
         def one_sequence():
-            return _one_sequence.run(layer, sequences, initial_state, compiled)
+            return _one_sequence.run(layer, sequences, initial_state)
 
-        return (
-            "one-sequence loop, input projection hoisted"
-            + (", XLA-compiled" if compiled else ""),
-            one_sequence,
-        )
+        return "one-sequence loop, input projection hoisted", one_sequence
     hand_written = False
     bptt = ""
     if training:

@@ -273,10 +273,7 @@ class GRU(RecurrentLayer):
     2. On the PyTorch backend, on the CPU too, PyTorch's own `torch.gru`
        (`rnnkit.layers._torch_rnn`) under the same conditions (float32, no GPU
        needed, right-padded masks read forwards).
-    3. On TensorFlow, an inference call of a batch of one in float32 without a mask:
-       a loop that projects every step's input before it and runs only the
-       recurrent products and the gates per step (`rnnkit.layers._one_sequence`).
-    4. Otherwise the generic loop over the cell; a training call on TensorFlow
+    3. Otherwise the generic loop over the cell; a training call on TensorFlow
        differentiates it with the hand-written backward pass of
        `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).
 
