@@ -8,9 +8,10 @@ loop takes at a batch of one) runs the products on one core. This loop does what
 PyTorch's fused LSTM does instead: the input projection of every step in one matmul
 before the loop (x_t W + b for all t), then per step only h_{t-1} U, in two column
 halves ([U_i U_f] and [U_c U_o]) that TensorFlow's executor runs on two cores at once,
-each half small enough to stay in its core's cache, and the gates. At `MIN_UNITS` and
-below, and for the GRU (one recurrent product a step), the generic loop measured
-faster: docs/performance.md, "A batch of one".
+each half small enough to stay in its core's cache, and the gates. Outside the sizes
+where that measured faster (`MIN_UNITS`, `MAX_UNITS`, `MIN_STEPS`), and for the GRU (one
+recurrent product a step), the generic loop runs: docs/performance.md, "A batch of
+one".
 
 Inference only (a training call keeps the generic loop and its hand-written backward
 pass); the loop is TensorFlow's own `tf.while_loop`, which automatic differentiation
@@ -19,8 +20,11 @@ runs backwards where a gradient is asked for.
 
 from __future__ import annotations
 
-# The loop runs for an LSTM wider than this (below it the generic loop is faster).
-MIN_UNITS = 256
+# Where the loop measured faster than the generic loop: an LSTM of more than
+# MIN_UNITS and at most MAX_UNITS units (wider, the halves outgrow the cores' caches),
+# over at least MIN_STEPS steps known when traced (over fewer, as in generation token
+# by token, the projection before the loop costs more than it saves).
+MIN_UNITS, MAX_UNITS, MIN_STEPS = 256, 512, 5
 _STEP_METHODS = ("step", "_gate_values", "_pre_activations", "gate_weights")
 
 
@@ -51,8 +55,11 @@ def blockers(layer, sequences, mask, training) -> list[str]:
         for name in _STEP_METHODS
     ):
         reasons.append("not rnnkit's LSTM step")
-    elif cell.units <= MIN_UNITS:
-        reasons.append(f"units={cell.units} <= {MIN_UNITS}")
+    elif not MIN_UNITS < cell.units <= MAX_UNITS:
+        reasons.append(f"units={cell.units}, not in ({MIN_UNITS}, {MAX_UNITS}]")
+    steps = sequences.shape[1]
+    if steps is None or steps < MIN_STEPS:
+        reasons.append(f"{steps} steps, not a known number of at least {MIN_STEPS}")
     if cell.compute_dtype != "float32":
         reasons.append(f"compute dtype {cell.compute_dtype}")
     return reasons

@@ -69,6 +69,8 @@ def test_the_loop_equals_keras_lstm(options):
 
 
 def test_the_loop_runs_where_it_measured_faster_and_the_generic_loop_elsewhere():
+    import tensorflow as tf
+
     rng = np.random.default_rng(0)
     one = rng.standard_normal((1, 5, 3)).astype("float32")
 
@@ -85,6 +87,15 @@ def test_the_loop_runs_where_it_measured_faster_and_the_generic_loop_elsewhere()
     # Elsewhere the generic loop.
     generic = "generic loop"
     assert path(LSTM(_one_sequence.MIN_UNITS)).startswith(generic)
+    assert path(LSTM(_one_sequence.MAX_UNITS + 1)).startswith(generic)
+    short = one[:, : _one_sequence.MIN_STEPS - 1]
+    assert path(LSTM(WIDE), x=short).startswith(generic)  # e.g. token by token
+    any_length = LSTM(WIDE)  # the number of steps not known when traced
+    tf.function(
+        lambda inputs: any_length(inputs),
+        input_signature=[tf.TensorSpec((1, None, 3), "float32")],
+    )(one)
+    assert any_length.execution_path.startswith(generic)
     assert path(GRU(WIDE)).startswith(generic)
     assert path(LSTM(WIDE, jit_compile=True)).startswith(generic)
     assert path(LSTM(WIDE), x=np.concatenate([one, one])).startswith(generic)
@@ -104,14 +115,14 @@ def test_the_loop_runs_where_it_measured_faster_and_the_generic_loop_elsewhere()
 
 def test_a_stateful_lstm_streams_one_sequence_in_pieces():
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((1, 12, 3)).astype("float32")
+    x = rng.standard_normal((1, 15, 3)).astype("float32")
     whole = LSTM(WIDE, return_sequences=True, batch_shards=1)
     streamed = LSTM(WIDE, return_sequences=True, stateful=True)
     whole(np.concatenate([x, x]))  # a batch of two: the generic loop
-    streamed(x[:, :4])
+    streamed(x[:, :5])
     streamed.set_weights(whole.get_weights())
     streamed.reset_state()
-    pieces = [np.asarray(_traced(streamed, x[:, k : k + 4])) for k in (0, 4, 8)]
+    pieces = [np.asarray(_traced(streamed, x[:, k : k + 5])) for k in (0, 5, 10)]
     assert streamed.execution_path.startswith(ONE_SEQUENCE)
     assert whole.execution_path.startswith("generic loop")
     np.testing.assert_allclose(
