@@ -9,6 +9,8 @@ choice lives here, not in the layer classes.
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -72,6 +74,71 @@ def loop_in_float32(layer) -> bool:
     import tensorflow as tf
 
     return not tf.config.get_visible_devices("GPU")
+
+
+# Where a recurrent layer's loop runs in bfloat16 on a CPU with AMX (`bfloat16_loop`):
+# a step's rows (of one loop: the batch over its shards) times units, in training
+# and in inference, and the units in inference.
+AMX_BFLOAT16_TRAINING_WORK = 32 * 1024
+AMX_BFLOAT16_INFERENCE_WORK = 16 * 1024
+AMX_BFLOAT16_INFERENCE_UNITS = 1024
+
+
+def bfloat16_loop(layer, sequences, training) -> bool:
+    """Whether this call of `layer`, whose cell computes in float32 under
+    mixed_bfloat16 (`loop_in_float32`), runs its loop in bfloat16 instead: on a CPU
+    with AMX, whose tiles TensorFlow's oneDNN matmuls use in bfloat16, in the plain
+    loop (XLA's CPU backend does not use them), for a cell whose step multiplies the
+    state by a recurrent kernel (LSTM, GRU, SimpleRNN: those with `bptt_num_saved`),
+    where the step is large enough for AMX to pay for what the bfloat16 loop gives up
+    (the compiled loop; in training the hand-written backward pass): in training at
+    least `AMX_BFLOAT16_TRAINING_WORK` rows x units, in inference at least
+    `AMX_BFLOAT16_INFERENCE_UNITS` units and `AMX_BFLOAT16_INFERENCE_WORK` rows x
+    units, the rows known when traced. Decided per call, because a layer fixes its
+    policy before it sees a batch: docs/performance.md, "On a CPU with AMX"."""
+    from rnnkit.layers import _batch_shards, _export
+
+    cell = layer.cell
+    units = getattr(cell, "units", None)
+    batch = sequences.shape[0]
+    if (
+        cell.dtype_policy.name != "float32"
+        or not loop_in_float32(layer)
+        or getattr(cell, "bptt_num_saved", None) is None
+        or not isinstance(units, int)
+        or batch is None
+        or _export.active()
+    ):
+        return False
+    shards, _ = _batch_shards.shards_for(layer, sequences)
+    work = -(-batch // shards) * units
+    if training:
+        pays = work >= AMX_BFLOAT16_TRAINING_WORK
+    else:
+        pays = (
+            units >= AMX_BFLOAT16_INFERENCE_UNITS
+            and work >= AMX_BFLOAT16_INFERENCE_WORK
+        )
+    if not pays:
+        return False
+    from rnnkit.layers import calibration
+
+    return calibration.machine()["isa"] == "AMX"
+
+
+@contextlib.contextmanager
+def loop_dtype(layer, sequences, training):
+    """Runs what it holds with `layer`'s cell computing in bfloat16 where
+    `bfloat16_loop` says so for this call (its weights cast once per call, its
+    states carried in float32 as always), else as the cell's policy says."""
+    if not bfloat16_loop(layer, sequences, training):
+        yield
+        return
+    layer.cell.dtype_policy = layer.dtype_policy
+    try:
+        yield
+    finally:
+        layer.cell.dtype_policy = "float32"
 
 
 def fused_blockers(layer, cudnn: bool = True) -> list[str]:

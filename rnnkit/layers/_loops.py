@@ -18,7 +18,13 @@ import keras
 from keras import ops
 
 from rnnkit._keras_private import backend as keras_backend
-from rnnkit.layers import _batch_shards, _export, _one_sequence, _xla_policy
+from rnnkit.layers import (
+    _batch_shards,
+    _export,
+    _kernels,
+    _one_sequence,
+    _xla_policy,
+)
 from rnnkit.layers._cell_math import STATE_DTYPE
 
 
@@ -61,6 +67,18 @@ def run_loop(
         zero_output_for_mask=zero_output_for_mask,
         return_all_outputs=return_sequences,
     )
+
+
+def _dtype_note(layer) -> str:
+    """The loop's compute dtype in `execution_path` where it is not the layer's
+    policy's, or where a CPU's bfloat16 loop was chosen for this call
+    (`_kernels.bfloat16_loop`)."""
+    cell_dtype, policy = layer.cell.compute_dtype, layer.dtype_policy.name
+    if cell_dtype != layer.compute_dtype:
+        return f", in {cell_dtype} under {policy}"
+    if cell_dtype == "bfloat16" and _kernels.loop_in_float32(layer):
+        return f", in bfloat16 under {policy}: a step large enough for AMX"
+    return ""
 
 
 def loop_options(layer):
@@ -117,11 +135,7 @@ def generic_path(layer, sequences, initial_state, mask, training):
     )
     path = (
         "generic loop"
-        + (
-            f", in {layer.cell.compute_dtype} under {layer.dtype_policy.name}"
-            if layer.cell.compute_dtype != layer.compute_dtype
-            else ""
-        )
+        + _dtype_note(layer)
         + (", XLA-compiled" if compiled else "")
         + bptt
         + (f", batch in {shards} shards side by side" if shards > 1 else "")

@@ -49,6 +49,9 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         tf.executing_eagerly()
         or sequences.shape[1] is None
         or tf.config.list_logical_devices("GPU")
+        # A bfloat16 loop on a CPU (`_kernels.bfloat16_loop`): XLA's CPU backend runs
+        # bfloat16 matmuls slower than float32 ones, TensorFlow's own use AMX.
+        or layer.cell.compute_dtype == "bfloat16"
     ):
         return False, None
     from rnnkit.layers import calibration

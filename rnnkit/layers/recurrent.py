@@ -84,8 +84,9 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     Precision: under a mixed policy the products and gates run in the compute dtype
     and the carried states (h, the LSTM's c) accumulate in float32 (`STATE_DTYPE`), so
     small updates are not rounded away; on a TensorFlow CPU a `mixed_bfloat16`
-    layer's loop computes in float32 throughout, which is faster there. Why, and the
-    measurements: docs/guides/layers.md and docs/performance.md.
+    layer's loop computes in float32 throughout, which is faster there, but for a
+    call whose step is large enough on a CPU with AMX (`_kernels.bfloat16_loop`).
+    Why, and the measurements: docs/guides/layers.md and docs/performance.md.
 
     Args:
         units: Positive integer, the size of the state.
@@ -560,11 +561,13 @@ class RecurrentLayer(keras.layers.RNN):
 
     def call(self, sequences, initial_state=None, mask=None, training=False):
         # Once per sequence and before Keras draws the dropout masks from it: the cell
-        # may compute in float32 under mixed_bfloat16 (`_kernels.loop_in_float32`).
-        sequences = ops.cast(sequences, self.cell.compute_dtype)
-        return super().call(
-            sequences, mask=mask, training=training, initial_state=initial_state
-        )
+        # may compute in float32 under mixed_bfloat16 (`_kernels.loop_in_float32`),
+        # or in bfloat16 for this call (`_kernels.bfloat16_loop`).
+        with _kernels.loop_dtype(self, sequences, training):
+            sequences = ops.cast(sequences, self.cell.compute_dtype)
+            return super().call(
+                sequences, mask=mask, training=training, initial_state=initial_state
+            )
 
     def get_config(self):
         config = super().get_config()

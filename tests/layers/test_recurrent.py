@@ -129,3 +129,73 @@ def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
     assert tape.gradient(outputs, x).dtype == tf.bfloat16
     assert "in float32 under mixed_bfloat16" in layer.execution_path
     assert "hand-written BPTT" in layer.execution_path
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU choice"
+)
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
+@pytest.mark.parametrize("isa", ["AMX", "AVX-512"])
+def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
+    isa, layer_cls, training, monkeypatch
+):
+    """Per call: on a CPU with AMX a step of enough rows x units (and units, in
+    inference) runs the loop in bfloat16, uncompiled, near the float32 layer with the
+    same weights, and the cell is back in float32 after the call; a smaller batch of
+    the same layer, or a CPU without AMX, keeps the float32 loop."""
+    import tensorflow as tf
+
+    from rnnkit.layers import _kernels, calibration
+
+    if tf.config.get_visible_devices("GPU"):
+        pytest.skip("a GPU is visible: the loop computes in bfloat16 there")
+    machine = {**calibration.machine(), "isa": isa}
+    monkeypatch.setattr(calibration, "machine", lambda: machine)
+    units, rows = 8, 4  # a batch of 4 runs in one loop (`batch_shards`)
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING_WORK", units * rows)
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE_WORK", units * rows)
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE_UNITS", units)
+    previous = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy("mixed_bfloat16")
+        layer = layer_cls(units, return_sequences=True, seed=1)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    reference = layer_cls(units, return_sequences=True, seed=1)
+    x = np.random.RandomState(0).randn(rows, 6, 3).astype("float32")
+    layer.build(x.shape)
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    recurrent_kernel = layer.trainable_weights[1]
+    assert recurrent_kernel.path.endswith("recurrent_kernel")
+
+    def run(batch):
+        inputs = tf.constant(x[:batch], "bfloat16")
+        with tf.GradientTape() as tape:
+            outputs = tf.function(lambda v: layer(v, training=training))(inputs)
+            loss = tf.reduce_sum(tf.cast(outputs, "float32") ** 2)
+        return outputs, tape.gradient(loss, recurrent_kernel), layer.execution_path
+
+    with tf.GradientTape() as tape:
+        expected = reference(x, training=training)
+        expected_loss = tf.reduce_sum(expected**2)
+    expected_gradient = tape.gradient(expected_loss, reference.trainable_weights[1])
+    scale = float(tf.reduce_max(tf.abs(expected_gradient)))
+    for batch in (rows, rows // 2):
+        outputs, gradient, path = run(batch)
+        assert layer.cell.compute_dtype == "float32"
+        assert outputs.dtype == tf.bfloat16
+        np.testing.assert_allclose(np.float32(outputs), expected[:batch], atol=2e-2)
+        if batch == rows:
+            np.testing.assert_allclose(
+                gradient, expected_gradient, atol=0.05 * scale, rtol=0
+            )
+        in_bfloat16 = isa == "AMX" and batch == rows
+        assert ("in bfloat16 under mixed_bfloat16" in path) == in_bfloat16, path
+        assert ("in float32 under mixed_bfloat16" in path) != in_bfloat16, path
+        if in_bfloat16:
+            assert "XLA-compiled" not in path
+            # The loop rounds in bfloat16: not the float32 loop's outputs, cast.
+            float32_loop = tf.cast(tf.cast(expected[:batch], "bfloat16"), "float32")
+            assert np.abs(np.float32(outputs) - float32_loop).max() > 0
