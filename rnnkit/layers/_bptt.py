@@ -50,6 +50,9 @@ def _forward_loop(cell, x, mask, states0, weights, stacked):
 
     def forward(t, states, hidden_ta, saved_tas):
         new_states, saved = cell.bptt_forward(x_ta.read(t), list(states), weights)
+        new_states = [
+            tf.cast(new, old.dtype) for new, old in zip(new_states, states, strict=True)
+        ]
         if mask_ta is not None:
             keep = mask_ta.read(t)
             new_states = [
@@ -57,7 +60,8 @@ def _forward_loop(cell, x, mask, states0, weights, stacked):
                 for new, old in zip(new_states, states, strict=True)
             ]
         saved_tas = tuple(
-            ta.write(t, value) for ta, value in zip(saved_tas, saved, strict=True)
+            ta.write(t, tf.cast(value, ta.dtype))
+            for ta, value in zip(saved_tas, saved, strict=True)
         )
         return (
             t + 1,
@@ -97,8 +101,11 @@ def _backward_loop(cell, saved, mask, d_hidden, d_states, context):
     d_hidden_ta = None
     if d_hidden is not None:
         d_hidden_ta = tf.TensorArray(d_hidden.dtype, steps).unstack(d_hidden)
+    # The step computes in the cell's compute dtype (the saved factors'), the state
+    # gradients are carried in theirs (float32) between steps.
+    compute = saved_tas[0].dtype
     emitted_tas = tuple(
-        tf.TensorArray(d_states[0].dtype, steps) for _ in range(cell.bptt_num_emitted)
+        tf.TensorArray(compute, steps) for _ in range(cell.bptt_num_emitted)
     )
 
     def backward(t, d_states, emitted_tas):
@@ -106,18 +113,20 @@ def _backward_loop(cell, saved, mask, d_hidden, d_states, context):
         if d_hidden_ta is not None:
             d_states[0] = d_states[0] + d_hidden_ta.read(t)
         saved = [ta.read(t) for ta in saved_tas]
-        if mask_ta is None:
-            d_prev, emitted = cell.bptt_backward(d_states, saved, context)
-        else:
+        d_in = [tf.cast(d, compute) for d in d_states]
+        if mask_ta is not None:
             keep = mask_ta.read(t)
-            d_new = [tf.where(keep, d, tf.zeros_like(d)) for d in d_states]
-            d_prev, emitted = cell.bptt_backward(d_new, saved, context)
+            d_in = [tf.where(keep, d, tf.zeros_like(d)) for d in d_in]
+        d_prev, emitted = cell.bptt_backward(d_in, saved, context)
+        d_prev = [tf.cast(dp, d.dtype) for dp, d in zip(d_prev, d_states, strict=True)]
+        if mask_ta is not None:
             # A masked step copied the state: its gradient passes through.
             d_prev = [
                 tf.where(keep, dp, d) for dp, d in zip(d_prev, d_states, strict=True)
             ]
         emitted_tas = tuple(
-            ta.write(t, value) for ta, value in zip(emitted_tas, emitted, strict=True)
+            ta.write(t, tf.cast(value, compute))
+            for ta, value in zip(emitted_tas, emitted, strict=True)
         )
         return t - 1, tuple(d_prev), emitted_tas
 
@@ -205,7 +214,9 @@ def run(cell, inputs, mask, initial_states, weights, all_steps=True, jit_compile
             context = cell.bptt_backward_context(weights_)
             emitted, d_initial = backward(saved, mask, d_hidden, d_states, context)
             # h_{t-1} for every step: [h_0, h_1, ..., h_{T-1}].
-            previous = tf.concat([states0[0][None], hidden[:-1]], axis=0)
+            previous = tf.cast(
+                tf.concat([states0[0][None], hidden[:-1]], axis=0), x.dtype
+            )
             d_inputs, d_weights = cell.bptt_weight_gradients(
                 x, previous, list(emitted), weights_
             )

@@ -77,25 +77,23 @@ def loop_in_float32(layer) -> bool:
 
 
 # Where a recurrent layer's loop runs in bfloat16 on a CPU with AMX (`bfloat16_loop`):
-# a step's rows (of one loop: the batch over its shards) times units, in training
-# and in inference, and the units in inference.
-AMX_BFLOAT16_TRAINING_WORK = 32 * 1024
-AMX_BFLOAT16_INFERENCE_WORK = 16 * 1024
-AMX_BFLOAT16_INFERENCE_UNITS = 1024
+# the units, and the rows of one loop (the batch over its shards), from which it does
+# in training and in inference.
+AMX_BFLOAT16_TRAINING = {"units": 512, "rows": 8}
+AMX_BFLOAT16_INFERENCE = {"units": 1024, "rows": 16}
 
 
 def bfloat16_loop(layer, sequences, training) -> bool:
     """Whether this call of `layer`, whose cell computes in float32 under
     mixed_bfloat16 (`loop_in_float32`), runs its loop in bfloat16 instead: on a CPU
     with AMX, whose tiles TensorFlow's oneDNN matmuls use in bfloat16, in the plain
-    loop (XLA's CPU backend does not use them), for a cell whose step multiplies the
-    state by a recurrent kernel (LSTM, GRU, SimpleRNN: those with `bptt_num_saved`),
-    where the step is large enough for AMX to pay for what the bfloat16 loop gives up
-    (the compiled loop; in training the hand-written backward pass): in training at
-    least `AMX_BFLOAT16_TRAINING_WORK` rows x units, in inference at least
-    `AMX_BFLOAT16_INFERENCE_UNITS` units and `AMX_BFLOAT16_INFERENCE_WORK` rows x
-    units, the rows known when traced. Decided per call, because a layer fixes its
-    policy before it sees a batch: docs/performance.md, "On a CPU with AMX"."""
+    loop (XLA's CPU backend does not use them), for a cell with a hand-written
+    backward pass (LSTM, GRU, SimpleRNN: `bptt_num_saved`), which then runs in
+    bfloat16 too, where the step is large enough for AMX to pay for the compiled
+    loop it gives up: at least `AMX_BFLOAT16_TRAINING` or `AMX_BFLOAT16_INFERENCE`
+    units and rows per loop, the rows known when traced. Decided per call, because a
+    layer fixes its policy before it sees a batch: docs/performance.md, "On a CPU
+    with AMX"."""
     from rnnkit.layers import _batch_shards, _export
 
     cell = layer.cell
@@ -111,15 +109,8 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     ):
         return False
     shards, _ = _batch_shards.shards_for(layer, sequences)
-    work = -(-batch // shards) * units
-    if training:
-        pays = work >= AMX_BFLOAT16_TRAINING_WORK
-    else:
-        pays = (
-            units >= AMX_BFLOAT16_INFERENCE_UNITS
-            and work >= AMX_BFLOAT16_INFERENCE_WORK
-        )
-    if not pays:
+    least = AMX_BFLOAT16_TRAINING if training else AMX_BFLOAT16_INFERENCE
+    if units < least["units"] or -(-batch // shards) < least["rows"]:
         return False
     from rnnkit.layers import calibration
 

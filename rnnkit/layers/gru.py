@@ -189,7 +189,13 @@ class GRUCell(RecurrentCell):
 
     def bptt_forward(self, x_t, states, weights):
         (h_prev,) = states
-        z_t, r_t, n_t, h_h = self._gates(x_t, h_prev, self._bptt_unpack(weights))
+        # The products in the compute dtype, the rest in the state's (float32).
+        gates = self._gates(
+            x_t, ops.cast(h_prev, self.compute_dtype), self._bptt_unpack(weights)
+        )
+        z_t, r_t, n_t, h_h = (
+            None if gate is None else ops.cast(gate, h_prev.dtype) for gate in gates
+        )
         difference = h_prev - n_t
         h_t = n_t + z_t * difference
         sigma_prime = derivative_from_output(self.recurrent_activation)

@@ -269,7 +269,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
         if self.bptt_num_saved is None:
             return ["no hand-written backward pass for this cell"]
         reasons = []
-        if self.compute_dtype != "float32":
+        if self.compute_dtype not in ("float32", "bfloat16"):
             reasons.append(f"compute dtype {self.compute_dtype}")
         if self.recurrent_dropout > 0:
             reasons.append(f"recurrent_dropout={self.recurrent_dropout} > 0")

@@ -134,16 +134,19 @@ def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
 @pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU choice"
 )
+@pytest.mark.parametrize("masked", [False, True], ids=["", "masked"])
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
 @pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
 @pytest.mark.parametrize("isa", ["AMX", "AVX-512"])
 def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
-    isa, layer_cls, training, monkeypatch
+    isa, layer_cls, training, masked, monkeypatch
 ):
-    """Per call: on a CPU with AMX a step of enough rows x units (and units, in
-    inference) runs the loop in bfloat16, uncompiled, near the float32 layer with the
-    same weights, and the cell is back in float32 after the call; a smaller batch of
-    the same layer, or a CPU without AMX, keeps the float32 loop."""
+    """Per call: on a CPU with AMX a step of enough units and rows runs the loop in
+    bfloat16, uncompiled (in training with the hand-written backward pass in
+    bfloat16), near Keras' own float32 layer with the same weights: outputs and the
+    gradients of the inputs and every weight; the cell is back in float32 after the
+    call. A smaller batch or a narrower layer, or a CPU without AMX, keeps the
+    float32 loop."""
     import tensorflow as tf
 
     from rnnkit.layers import _kernels, calibration
@@ -153,49 +156,84 @@ def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
     machine = {**calibration.machine(), "isa": isa}
     monkeypatch.setattr(calibration, "machine", lambda: machine)
     units, rows = 8, 4  # a batch of 4 runs in one loop (`batch_shards`)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING_WORK", units * rows)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE_WORK", units * rows)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE_UNITS", units)
+    least = {"units": units, "rows": rows}
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", least)
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", least)
     previous = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy("mixed_bfloat16")
         layer = layer_cls(units, return_sequences=True, seed=1)
     finally:
         keras.config.set_dtype_policy(previous)
-    reference = layer_cls(units, return_sequences=True, seed=1)
+    # Keras' own layer with the same weights: a reference outside rnnkit's loops.
+    reference = getattr(keras.layers, layer_cls.__name__)(units, return_sequences=True)
     x = np.random.RandomState(0).randn(rows, 6, 3).astype("float32")
     layer.build(x.shape)
     reference.build(x.shape)
     reference.set_weights(layer.get_weights())
-    recurrent_kernel = layer.trainable_weights[1]
-    assert recurrent_kernel.path.endswith("recurrent_kernel")
+    upstream = np.random.RandomState(1).randn(rows, 6, units).astype("float32")
+    # Rows padded on the right (4 and 3 steps of 6) and on the left (4 of 6).
+    steps = np.arange(6)
+    padded = np.stack([steps < 6, steps < 4, steps >= 2, steps < 3])
+    mask = padded if masked else None
 
-    def run(batch):
-        inputs = tf.constant(x[:batch], "bfloat16")
+    def gradients(run_layer, inputs, dtype, weights):
+        inputs = tf.constant(inputs, dtype)
         with tf.GradientTape() as tape:
-            outputs = tf.function(lambda v: layer(v, training=training))(inputs)
-            loss = tf.reduce_sum(tf.cast(outputs, "float32") ** 2)
-        return outputs, tape.gradient(loss, recurrent_kernel), layer.execution_path
+            tape.watch(inputs)
+            outputs = run_layer(inputs)
+            if mask is not None:
+                outputs = outputs * tf.cast(
+                    mask[: inputs.shape[0], :, None], outputs.dtype
+                )
+            loss = tf.reduce_sum(
+                tf.cast(outputs, "float32") * upstream[: inputs.shape[0]]
+            )
+        return outputs, tape.gradient(loss, [inputs, *weights])
 
-    with tf.GradientTape() as tape:
-        expected = reference(x, training=training)
-        expected_loss = tf.reduce_sum(expected**2)
-    expected_gradient = tape.gradient(expected_loss, reference.trainable_weights[1])
-    scale = float(tf.reduce_max(tf.abs(expected_gradient)))
+    expected, expected_gradients = gradients(
+        lambda v: reference(v, mask=mask, training=training),
+        x,
+        "float32",
+        reference.trainable_weights,
+    )
     for batch in (rows, rows // 2):
-        outputs, gradient, path = run(batch)
+        outputs, found = gradients(
+            tf.function(
+                lambda v: layer(
+                    v,
+                    mask=None if mask is None else mask[: v.shape[0]],
+                    training=training,
+                )
+            ),
+            x[:batch],
+            "bfloat16",
+            layer.trainable_weights,
+        )
+        path = layer.execution_path
         assert layer.cell.compute_dtype == "float32"
         assert outputs.dtype == tf.bfloat16
         np.testing.assert_allclose(np.float32(outputs), expected[:batch], atol=2e-2)
-        if batch == rows:
-            np.testing.assert_allclose(
-                gradient, expected_gradient, atol=0.05 * scale, rtol=0
-            )
+        if batch == rows:  # the inputs' gradient, then each weight's
+            for gradient, reference_gradient in zip(
+                found, expected_gradients, strict=True
+            ):
+                scale = float(tf.reduce_max(tf.abs(reference_gradient)))
+                np.testing.assert_allclose(
+                    np.float32(gradient), reference_gradient, atol=0.05 * scale, rtol=0
+                )
         in_bfloat16 = isa == "AMX" and batch == rows
         assert ("in bfloat16 under mixed_bfloat16" in path) == in_bfloat16, path
         assert ("in float32 under mixed_bfloat16" in path) != in_bfloat16, path
         if in_bfloat16:
             assert "XLA-compiled" not in path
+            assert ("hand-written BPTT" in path) == training, path
             # The loop rounds in bfloat16: not the float32 loop's outputs, cast.
             float32_loop = tf.cast(tf.cast(expected[:batch], "bfloat16"), "float32")
             assert np.abs(np.float32(outputs) - float32_loop).max() > 0
+    # A narrower layer than the least units keeps the float32 loop at any batch.
+    narrower = {"units": units + 1, "rows": rows}
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", narrower)
+    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", narrower)
+    tf.function(lambda v: layer(v, training=training))(tf.constant(x, "bfloat16"))
+    assert "in float32 under mixed_bfloat16" in layer.execution_path
