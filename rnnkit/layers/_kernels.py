@@ -61,9 +61,10 @@ def loop_in_float32(layer) -> bool:
     per-query loop) computes in float32 although the layer's policy is
     mixed_bfloat16: on TensorFlow with no GPU visible. There the bfloat16 loop was
     slower than the float32 one (XLA's CPU backend has no fast bfloat16 matmul, and
-    the hand-written backward pass runs in float32 only), while the float32 loop
+    the hand-written backward pass was float32 only), while the float32 loop
     between bfloat16 neighbours runs at float32 speed, its inputs and outputs cast
-    once per sequence: docs/performance.md, "Mixed precision on a CPU"."""
+    once per sequence: docs/performance.md, "Mixed precision on a CPU". A recurrent
+    layer's call may still run in bfloat16 on a CPU with AMX (`bfloat16_loop`)."""
     policy = layer.dtype_policy
     if (
         keras.backend.backend() != "tensorflow"
