@@ -118,6 +118,11 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     return calibration.machine()["isa"] == "AMX"
 
 
+def in_bfloat16_loop(layer) -> bool:
+    """Whether `layer`'s cell is running a call's bfloat16 loop (`loop_dtype`)."""
+    return layer.cell.compute_dtype == "bfloat16" and loop_in_float32(layer)
+
+
 @contextlib.contextmanager
 def loop_dtype(layer, sequences, training):
     """Runs what it holds with `layer`'s cell computing in bfloat16 where

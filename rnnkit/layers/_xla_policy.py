@@ -14,7 +14,7 @@ import keras
 def use_xla(layer, sequences, training, hand_written, side_by_side=False):
     """(Whether the generic loop runs XLA-compiled, and the error message when
     `jit_compile=True` cannot be honoured); see `jit_compile`."""
-    from rnnkit.layers import _xla
+    from rnnkit.layers import _kernels, _xla
 
     backend = keras.backend.backend()
     if layer.jit_compile is False or backend == "jax":
@@ -49,9 +49,10 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         tf.executing_eagerly()
         or sequences.shape[1] is None
         or tf.config.list_logical_devices("GPU")
-        # A bfloat16 loop on a CPU (`_kernels.bfloat16_loop`): XLA's CPU backend runs
-        # bfloat16 matmuls slower than float32 ones, TensorFlow's own use AMX.
-        or layer.cell.compute_dtype == "bfloat16"
+        # This call's bfloat16 loop on a CPU with AMX (`_kernels.bfloat16_loop`):
+        # XLA's CPU backend runs bfloat16 matmuls slower than float32 ones,
+        # TensorFlow's own use AMX.
+        or _kernels.in_bfloat16_loop(layer)
     ):
         return False, None
     from rnnkit.layers import calibration
