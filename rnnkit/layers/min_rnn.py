@@ -106,11 +106,15 @@ class _InputGatedCell(RecurrentCell):
         projected = self.projections(inputs)
         extra = self.extra_weights()
         if log:
-            return (
-                self.log_decay(projected, *extra),
-                self.decay_and_input(projected, *extra)[1],
-            )
+            return self.log_decay_and_input(projected, *extra)
         return self.decay_and_input(projected, *extra)
+
+    def log_decay_and_input(self, projected, *extra):
+        """(log a_t, b_t), float32; a cell whose two share work computes it once."""
+        return (
+            self.log_decay(projected, *extra),
+            self.decay_and_input(projected, *extra)[1],
+        )
 
     def candidate(self, projected):
         """h~_t = phi(x_t W_h + b_h), float32."""
@@ -175,6 +179,10 @@ class MinLSTMCell(_InputGatedCell):
 
     def log_decay(self, projected):
         return _log_sigmoid(self._log_odds(projected))
+
+    def log_decay_and_input(self, projected):
+        odds = self._log_odds(projected)
+        return _log_sigmoid(odds), ops.sigmoid(-odds) * self.candidate(projected[2])
 
     def _log_odds(self, projected):
         """log f_t - log i_t, finite for any gates."""
