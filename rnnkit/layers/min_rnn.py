@@ -175,14 +175,18 @@ class MinLSTMCell(_InputGatedCell):
         # f' = f / (f + i) = sigmoid(log f - log i), and i' = sigmoid(log i - log f):
         # the quotient is 0 / 0 where both sigmoids underflow (gates below -88).
         odds = self._log_odds(projected)
-        return ops.sigmoid(odds), ops.sigmoid(-odds) * self.candidate(projected[2])
+        return ops.sigmoid(odds), self._input(odds, projected)
 
     def log_decay(self, projected):
         return _log_sigmoid(self._log_odds(projected))
 
     def log_decay_and_input(self, projected):
         odds = self._log_odds(projected)
-        return _log_sigmoid(odds), ops.sigmoid(-odds) * self.candidate(projected[2])
+        return _log_sigmoid(odds), self._input(odds, projected)
+
+    def _input(self, odds, projected):
+        """b_t = i'_t * h~_t, with i'_t = sigmoid(log i_t - log f_t)."""
+        return ops.sigmoid(-odds) * self.candidate(projected[2])
 
     def _log_odds(self, projected):
         """log f_t - log i_t, finite for any gates."""
