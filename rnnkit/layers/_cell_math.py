@@ -12,6 +12,17 @@ from keras import ops
 STATE_DTYPE = "float32"
 
 
+def activation_dtype(compute_dtype: str) -> str:
+    """The dtype a cell applies its activations and gate arithmetic in: float32
+    where it computes in bfloat16, else its compute dtype. The products (the
+    matmuls) stay in bfloat16, where a CPU with AMX runs them on its tiles; the
+    element-wise work after them does not gain from bfloat16 on a CPU (TensorFlow
+    converts each element to float32 and back) and loses precision (8 bits of
+    mantissa): docs/performance.md, "Decided per call, with a bfloat16 backward
+    pass"."""
+    return STATE_DTYPE if compute_dtype == "bfloat16" else compute_dtype
+
+
 def check_rate(name: str, value: float) -> float:
     """`value` as a float, or a ValueError naming the argument if not in [0, 1)."""
     if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

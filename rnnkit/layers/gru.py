@@ -7,7 +7,11 @@ from keras import ops
 
 from rnnkit._keras_private import backend as keras_backend
 from rnnkit.layers import _kernels
-from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers._cell_math import (
+    activation_dtype,
+    activation_name,
+    derivative_from_output,
+)
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 UPDATE_GATE, RESET_GATE, CANDIDATE = range(3)
@@ -126,22 +130,29 @@ class GRUCell(RecurrentCell):
 
     def _gates(self, x_t, h_in, weights):
         """(z_t, r_t, n_t, h_{t-1} U_h + b'_h) from [x_t, 1] and h_{t-1} (both in the
-        compute dtype); the last is None with `reset_after=False`."""
+        compute dtype); the last is None with `reset_after=False`. The products in
+        the compute dtype, the rest in `activation_dtype`."""
         kernels, recurrent, candidate_bias = weights
-        x_z, x_r, x_h = (ops.matmul(x_t, kernel) for kernel in kernels)
+        dtype = activation_dtype(self.compute_dtype)
+
+        def product(a, b):
+            return ops.cast(ops.matmul(a, b), dtype)
+
+        x_z, x_r, x_h = (product(x_t, kernel) for kernel in kernels)
         if self.reset_after:
-            h_z, h_r, h_h = ops.split(ops.matmul(h_in, recurrent), 3, axis=-1)
+            h_z, h_r, h_h = ops.split(product(h_in, recurrent), 3, axis=-1)
             if candidate_bias is not None:
-                h_h = h_h + candidate_bias
+                h_h = h_h + ops.cast(candidate_bias, dtype)
         else:
-            h_z, h_r = ops.split(ops.matmul(h_in, recurrent[0]), 2, axis=-1)
+            h_z, h_r = ops.split(product(h_in, recurrent[0]), 2, axis=-1)
             h_h = None
         z_t = self.recurrent_activation(x_z + h_z)
         r_t = self.recurrent_activation(x_r + h_r)
         if self.reset_after:
             n_t = self.activation(x_h + r_t * h_h)
         else:
-            n_t = self.activation(x_h + ops.matmul(r_t * h_in, recurrent[1]))
+            reset = ops.cast(r_t, h_in.dtype) * h_in
+            n_t = self.activation(x_h + product(reset, recurrent[1]))
         return z_t, r_t, n_t, h_h
 
     def step(self, inputs, states, weights, input_mask=None, recurrent_mask=None):
@@ -246,7 +257,7 @@ class GRUCell(RecurrentCell):
         states = states if isinstance(states, (list, tuple)) else [states]
         h_prev = ops.cast(states[0], self.compute_dtype)
         z_t, r_t, n_t, _ = self._gates(inputs, h_prev, self.gate_weights())
-        hidden = z_t * h_prev + (1.0 - z_t) * n_t
+        hidden = z_t * ops.cast(h_prev, z_t.dtype) + (1.0 - z_t) * n_t
         return {"update": z_t, "reset": r_t, "candidate": n_t, "hidden": hidden}
 
     def get_config(self):

@@ -7,7 +7,11 @@ from keras import ops
 
 from rnnkit._keras_private import backend as keras_backend
 from rnnkit.layers import _kernels
-from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers._cell_math import (
+    activation_dtype,
+    activation_name,
+    derivative_from_output,
+)
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 INPUT_GATE, FORGET_GATE, CANDIDATE, OUTPUT_GATE = range(4)
@@ -175,8 +179,10 @@ class LSTMCell(RecurrentCell):
         return [ops.matmul(xh, stacked[gate]) for gate in range(4)]
 
     def _gate_values(self, x_t, h_in, stacked):
-        """(i_t, f_t, g_t, o_t) from [x_t, 1] and h_{t-1} (compute dtype)."""
-        z = self._pre_activations(x_t, h_in, stacked)
+        """(i_t, f_t, g_t, o_t) from [x_t, 1] and h_{t-1}: the products in the compute
+        dtype, the activations in `activation_dtype`."""
+        dtype = activation_dtype(self.compute_dtype)
+        z = [ops.cast(a, dtype) for a in self._pre_activations(x_t, h_in, stacked)]
         return (
             self.recurrent_activation(z[INPUT_GATE]),
             self.recurrent_activation(z[FORGET_GATE]),
@@ -194,8 +200,8 @@ class LSTMCell(RecurrentCell):
             h_in = h_in * recurrent_mask
         i_t, f_t, g_t, o_t = self._gate_values(x_t, h_in, weights)
         c_t = ops.cast(f_t, c_prev.dtype) * c_prev + ops.cast(i_t * g_t, c_prev.dtype)
-        h_t = o_t * self.activation(ops.cast(c_t, self.compute_dtype))
-        return h_t, [ops.cast(h_t, h_prev.dtype), c_t]
+        h_t = o_t * self.activation(ops.cast(c_t, o_t.dtype))
+        return ops.cast(h_t, self.compute_dtype), [ops.cast(h_t, h_prev.dtype), c_t]
 
     # The hand-written backward pass (`_bptt.run`). With dh, dc the gradients of h_t
     # and c_t, and a' the derivative of each gate's pre-activation a:
@@ -274,7 +280,8 @@ class LSTMCell(RecurrentCell):
         Returns `{"input", "forget", "candidate", "output", "cell", "hidden"}`.
         """
         inputs = self.augment_inputs(ops.cast(inputs, self.compute_dtype))
-        h_prev, c_prev = (ops.cast(state, self.compute_dtype) for state in states)
+        h_prev = ops.cast(states[0], self.compute_dtype)
+        c_prev = ops.cast(states[1], activation_dtype(self.compute_dtype))
         names = ("input", "forget", "candidate", "output")
         gates = dict(
             zip(

@@ -6,7 +6,11 @@ import keras
 from keras import ops
 
 from rnnkit.layers import _kernels
-from rnnkit.layers._cell_math import activation_name, derivative_from_output
+from rnnkit.layers._cell_math import (
+    activation_dtype,
+    activation_name,
+    derivative_from_output,
+)
 from rnnkit.layers.recurrent import RecurrentCell, RecurrentLayer
 
 
@@ -86,8 +90,9 @@ class SimpleRNNCell(RecurrentCell):
             h_in = h_in * recurrent_mask
         # [x_t, 1] [W_xh; b_h] + h_{t-1} W_hh = x_t W_xh + h_{t-1} W_hh + b_h
         z_t = ops.matmul(x_t, kernel) + ops.matmul(h_in, recurrent_kernel)  # (b, u)
+        z_t = ops.cast(z_t, activation_dtype(self.compute_dtype))
         h_t = self.activation(z_t) if self.activation is not None else z_t
-        return h_t, [ops.cast(h_t, h_prev.dtype)]
+        return ops.cast(h_t, self.compute_dtype), [ops.cast(h_t, h_prev.dtype)]
 
     # The hand-written backward pass (`_bptt.run`): with dh = dL/dh_t,
     #   a' = dh phi'(a_t)      dL/dh_{t-1} = a' W_hh^T
