@@ -6,9 +6,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-# Under a mixed-precision policy the gates run in the compute dtype (bfloat16 or
-# float16), but the state carried from step to step stays float32, so that small
-# updates are not rounded away over long sequences.
+# Under a mixed-precision policy the products run in the compute dtype (bfloat16 or
+# float16) and the gates in `activation_dtype`, but the state carried from step to
+# step stays float32, so that small updates are not rounded away over long sequences.
 STATE_DTYPE = "float32"
 
 

@@ -78,10 +78,10 @@ def loop_in_float32(layer) -> bool:
 
 
 # Where a recurrent layer's loop runs in bfloat16 on a CPU with AMX (`bfloat16_loop`):
-# the units, and the rows of one loop (the batch over its shards), from which it does
-# in training and in inference.
-AMX_BFLOAT16_TRAINING = {"units": 512, "rows": 8}
-AMX_BFLOAT16_INFERENCE = {"units": 1024, "rows": 16}
+# in training and in inference, the pairs of least units and least rows of one loop
+# (the batch over its shards) of which a call must reach one.
+AMX_BFLOAT16_TRAINING = ({"units": 512, "rows": 8}, {"units": 256, "rows": 32})
+AMX_BFLOAT16_INFERENCE = ({"units": 512, "rows": 16}, {"units": 256, "rows": 128})
 
 
 def bfloat16_loop(layer, sequences, training) -> bool:
@@ -91,10 +91,10 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     loop (XLA's CPU backend does not use them), for a cell with a hand-written
     backward pass (LSTM, GRU, SimpleRNN: `bptt_num_saved`), which then runs in
     bfloat16 too, where the step is large enough for AMX to pay for the compiled
-    loop it gives up: at least `AMX_BFLOAT16_TRAINING` or `AMX_BFLOAT16_INFERENCE`
-    units and rows per loop, the rows known when traced. Decided per call, because a
-    layer fixes its policy before it sees a batch: docs/performance.md, "On a CPU
-    with AMX"."""
+    loop it gives up: the units and rows per loop of one of the pairs in
+    `AMX_BFLOAT16_TRAINING` or `AMX_BFLOAT16_INFERENCE`, the rows known when
+    traced. Decided per call, because a layer fixes its policy before it sees a
+    batch: docs/performance.md, "On a CPU with AMX"."""
     from rnnkit.layers import _batch_shards, _export
 
     cell = layer.cell
@@ -110,8 +110,9 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     ):
         return False
     shards, _ = _batch_shards.shards_for(layer, sequences)
+    rows = -(-batch // shards)
     least = AMX_BFLOAT16_TRAINING if training else AMX_BFLOAT16_INFERENCE
-    if units < least["units"] or -(-batch // shards) < least["rows"]:
+    if not any(units >= at["units"] and rows >= at["rows"] for at in least):
         return False
     from rnnkit.layers import calibration
 

@@ -81,11 +81,13 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
       `rnnkit.layers._bptt.run`. Without them a training call differentiates the
       loop automatically.
 
-    Precision: under a mixed policy the products and gates run in the compute dtype
-    and the carried states (h, the LSTM's c) accumulate in float32 (`STATE_DTYPE`), so
-    small updates are not rounded away; on a TensorFlow CPU a `mixed_bfloat16`
-    layer's loop computes in float32 throughout, which is faster there, but for a
-    call whose step is large enough on a CPU with AMX (`_kernels.bfloat16_loop`).
+    Precision: under a mixed policy the products run in the compute dtype, the
+    built-in cells' gates in it too under float16 and in float32 under bfloat16
+    (`_cell_math.activation_dtype`), and the carried states (h, the LSTM's c)
+    accumulate in float32 (`STATE_DTYPE`), so small updates are not rounded away;
+    on a TensorFlow CPU a `mixed_bfloat16` layer's loop computes in float32
+    throughout, which is faster there, but for a call whose step is large enough on
+    a CPU with AMX (`_kernels.bfloat16_loop`).
     Why, and the measurements: docs/guides/layers.md and docs/performance.md.
 
     Args:
