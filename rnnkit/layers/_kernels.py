@@ -78,9 +78,15 @@ def loop_in_float32(layer) -> bool:
 
 
 # Where a recurrent layer's loop runs in bfloat16 on a CPU with AMX (`bfloat16_loop`):
-# in training and in inference, the pairs of least units and least rows of one loop
-# (the batch over its shards) of which a call must reach one.
-AMX_BFLOAT16_TRAINING = ({"units": 512, "rows": 8}, {"units": 256, "rows": 32})
+# in training and in inference, sets of least units, rows of one loop (the batch over
+# its shards) and gate blocks (the cell's `num_gates`; any where not given), of which a
+# call must reach one.
+AMX_BFLOAT16_TRAINING = (
+    {"units": 512, "rows": 8, "gates": 3},  # the LSTM and the GRU, not the SimpleRNN
+    {"units": 512, "rows": 16},
+    {"units": 1024, "rows": 8},
+    {"units": 256, "rows": 32},
+)
 AMX_BFLOAT16_INFERENCE = ({"units": 512, "rows": 16}, {"units": 256, "rows": 128})
 
 
@@ -91,7 +97,7 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     loop (XLA's CPU backend does not use them), for a cell with a hand-written
     backward pass (LSTM, GRU, SimpleRNN: `bptt_num_saved`), which then runs in
     bfloat16 too, where the step is large enough for AMX to pay for the compiled
-    loop it gives up: the units and rows per loop of one of the pairs in
+    loop it gives up: the units, rows per loop and gates of one of the sets in
     `AMX_BFLOAT16_TRAINING` or `AMX_BFLOAT16_INFERENCE`, the rows known when
     traced. Decided per call, because a layer fixes its policy before it sees a
     batch: docs/performance.md, "On a CPU with AMX"."""
@@ -110,9 +116,9 @@ def bfloat16_loop(layer, sequences, training) -> bool:
     ):
         return False
     shards, _ = _batch_shards.shards_for(layer, sequences)
-    rows = -(-batch // shards)
+    step = {"units": units, "rows": -(-batch // shards), "gates": cell.num_gates}
     least = AMX_BFLOAT16_TRAINING if training else AMX_BFLOAT16_INFERENCE
-    if not any(units >= at["units"] and rows >= at["rows"] for at in least):
+    if not any(all(step[key] >= at[key] for key in at) for at in least):
         return False
     from rnnkit.layers import calibration
 

@@ -165,9 +165,11 @@ def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
     machine = {**calibration.machine(), "isa": isa}
     monkeypatch.setattr(calibration, "machine", lambda: machine)
     units, rows = 8, 4  # a batch of 4 runs in one loop (`batch_shards`)
-    # Either pair lets a call through; the second asks for more units than this
-    # layer has, so the batch of rows // 2 below keeps the float32 loop.
-    least = ({"units": units, "rows": rows}, {"units": 2 * units, "rows": 1})
+    # Any set lets a call through; the second asks for more units than this layer
+    # has, the third for more gates than any cell, so the batch of rows // 2 below
+    # keeps the float32 loop.
+    beyond = ({"units": 2 * units, "rows": 1}, {"units": 1, "rows": 1, "gates": 5})
+    least = ({"units": units, "rows": rows}, *beyond)
     monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", least)
     monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", least)
     previous = keras.config.dtype_policy()
@@ -243,7 +245,7 @@ def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
             float32_loop = tf.cast(tf.cast(expected[:batch], "bfloat16"), "float32")
             assert np.abs(np.float32(outputs) - float32_loop).max() > 0
     # A narrower layer than the least units keeps the float32 loop at any batch.
-    narrower = ({"units": units + 1, "rows": rows}, {"units": 2 * units, "rows": 1})
+    narrower = ({"units": units + 1, "rows": rows}, *beyond)
     monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", narrower)
     monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", narrower)
     if not masked:
