@@ -18,8 +18,7 @@ def activation_dtype(compute_dtype: str) -> str:
     matmuls) stay in bfloat16, where a CPU with AMX runs them on its tiles; the
     element-wise work after them does not gain from bfloat16 on a CPU (TensorFlow
     converts each element to float32 and back) and loses precision (8 bits of
-    mantissa): docs/performance.md, "Decided per call, with a bfloat16 backward
-    pass"."""
+    mantissa): docs/performance.md, "The gates in float32"."""
     return STATE_DTYPE if compute_dtype == "bfloat16" else compute_dtype
 
 

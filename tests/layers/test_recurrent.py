@@ -9,7 +9,16 @@ import keras
 import numpy as np
 import pytest
 
-from rnnkit.layers import GRU, LSTM, RecurrentCell, RecurrentLayer, SimpleRNN
+from rnnkit.layers import (
+    GRU,
+    LSTM,
+    GRUCell,
+    LSTMCell,
+    RecurrentCell,
+    RecurrentLayer,
+    SimpleRNN,
+    SimpleRNNCell,
+)
 from rnnkit.testing._reload import check_reloads_in_fresh_process
 
 COMMON = (
@@ -129,6 +138,60 @@ def test_under_mixed_bfloat16_on_a_cpu_the_loop_runs_in_float32(layer_cls):
     assert tape.gradient(outputs, x).dtype == tf.bfloat16
     assert "in float32 under mixed_bfloat16" in layer.execution_path
     assert "hand-written BPTT" in layer.execution_path
+
+
+@pytest.mark.parametrize(
+    "cell_cls, kwargs",
+    [
+        (LSTMCell, {}),
+        (GRUCell, {}),
+        (GRUCell, {"reset_after": False}),
+        (SimpleRNNCell, {}),
+    ],
+)
+def test_a_cell_in_bfloat16_runs_its_gates_in_float32(cell_cls, kwargs):
+    """A cell computing in bfloat16 runs its products in bfloat16 and its
+    activations and gate arithmetic in float32 (`activation_dtype`): the gates come
+    out in float32, the new state is float32 arithmetic rather than bfloat16 values
+    cast up, and both stay near the float32 cell's with the same weights."""
+    from keras import ops
+
+    x = np.random.RandomState(0).randn(4, 3).astype("float32")
+    h = (0.5 * np.random.RandomState(1).randn(4, 8)).astype("float32")
+    states = [
+        ops.convert_to_tensor(s) for s in ([h, -h] if cell_cls is LSTMCell else [h])
+    ]
+    cells = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        cells[policy] = cell_cls(8, dtype=policy, **kwargs)
+        cells[policy].build((4, 3))
+    cells["mixed_bfloat16"].set_weights(cells["float32"].get_weights())
+    assert cells["mixed_bfloat16"].compute_dtype == "bfloat16"
+    # The step as the layers' loops run it: states carried in float32.
+    (_, expected), (_, found) = (
+        cell.step(
+            cell.augment_inputs(ops.cast(x, cell.compute_dtype)),
+            states,
+            cell.gate_weights(),
+        )
+        for cell in cells.values()
+    )
+    state = np.asarray(ops.convert_to_numpy(found[0]))
+    assert keras.backend.standardize_dtype(found[0].dtype) == "float32"
+    rounded = ops.convert_to_numpy(ops.cast(ops.cast(found[0], "bfloat16"), "float32"))
+    assert np.any(state != rounded)  # not bfloat16 values
+    np.testing.assert_allclose(state, ops.convert_to_numpy(expected[0]), atol=2e-2)
+    if hasattr(cell_cls, "gate_activations"):
+        gates = cells["mixed_bfloat16"].gate_activations(x, states)
+        reference = cells["float32"].gate_activations(x, states)
+        for name, value in gates.items():
+            assert keras.backend.standardize_dtype(value.dtype) == "float32", name
+            np.testing.assert_allclose(
+                ops.convert_to_numpy(value),
+                ops.convert_to_numpy(reference[name]),
+                atol=2e-2,
+                err_msg=name,
+            )
 
 
 @pytest.mark.skipif(
