@@ -87,7 +87,12 @@ AMX_BFLOAT16_TRAINING = (
     {"units": 1024, "rows": 8},
     {"units": 256, "rows": 32},
 )
-AMX_BFLOAT16_INFERENCE = ({"units": 512, "rows": 16}, {"units": 256, "rows": 128})
+AMX_BFLOAT16_INFERENCE = (
+    {"units": 512, "rows": 8, "gates": 4},  # the LSTM
+    {"units": 512, "rows": 16},
+    {"units": 1024, "rows": 8},
+    {"units": 256, "rows": 128},
+)
 
 
 def bfloat16_loop(layer, sequences, training) -> bool:
