@@ -200,12 +200,10 @@ class GRUCell(RecurrentCell):
 
     def bptt_forward(self, x_t, states, weights):
         (h_prev,) = states
-        # The products in the compute dtype, the rest in the state's (float32).
-        gates = self._gates(
+        # The products in the compute dtype, the gates in float32 (`activation_dtype`:
+        # this pass runs in float32 or bfloat16 only, `bptt_blockers`).
+        z_t, r_t, n_t, h_h = self._gates(
             x_t, ops.cast(h_prev, self.compute_dtype), self._bptt_unpack(weights)
-        )
-        z_t, r_t, n_t, h_h = (
-            None if gate is None else ops.cast(gate, h_prev.dtype) for gate in gates
         )
         difference = h_prev - n_t
         h_t = n_t + z_t * difference

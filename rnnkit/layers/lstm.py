@@ -218,9 +218,11 @@ class LSTMCell(RecurrentCell):
 
     def bptt_forward(self, x_t, states, weights):
         h_prev, c_prev = states
-        # The products in the compute dtype, the rest in the state's (float32).
-        gates = self._gate_values(x_t, ops.cast(h_prev, self.compute_dtype), weights)
-        i_t, f_t, g_t, o_t = (ops.cast(gate, c_prev.dtype) for gate in gates)
+        # The products in the compute dtype, the gates in float32 (`activation_dtype`:
+        # this pass runs in float32 or bfloat16 only, `bptt_blockers`).
+        i_t, f_t, g_t, o_t = self._gate_values(
+            x_t, ops.cast(h_prev, self.compute_dtype), weights
+        )
         c_t = f_t * c_prev + i_t * g_t
         phi_c = self.activation(c_t)
         sigma_prime = derivative_from_output(self.recurrent_activation)
