@@ -9,9 +9,9 @@ PyTorch's fused LSTM does instead: the input projection of every step in one mat
 before the loop (x_t W + b for all t), then per step only h_{t-1} U, in two column
 halves ([U_i U_f] and [U_c U_o]) that TensorFlow's executor runs on two cores at once,
 each half small enough to stay in its core's cache, and the gates. Outside the sizes
-where that measured faster (`MIN_UNITS`, `MAX_UNITS`, `MIN_STEPS`), and for the GRU (one
-recurrent product a step), the generic loop runs: docs/performance.md, "A batch of
-one".
+and the CPUs where that measured faster (`MIN_UNITS`, `MAX_UNITS`, `MIN_STEPS`,
+`FASTER_ON`), and for the GRU (one recurrent product a step), the generic loop runs:
+docs/performance.md, "A batch of one".
 
 Inference only (a training call keeps the generic loop and its hand-written backward
 pass); the loop is TensorFlow's own `tf.while_loop`, which automatic differentiation
@@ -25,6 +25,10 @@ from __future__ import annotations
 # over at least MIN_STEPS steps known when traced (over fewer, as in generation token
 # by token, the projection before the loop costs more than it saves).
 MIN_UNITS, MAX_UNITS, MIN_STEPS = 256, 512, 5
+# The CPUs it measured faster on, by `calibration.machine()`'s "isa": an Intel Xeon
+# with AMX. On an AMD EPYC (Zen 4, AVX-512) TensorFlow's own vector-matrix products
+# were slower than XLA's loop and the generic loop won there.
+FASTER_ON = ("AMX",)
 _STEP_METHODS = ("step", "_gate_values", "_pre_activations", "gate_weights")
 
 
@@ -62,6 +66,11 @@ def blockers(layer, sequences, mask, training) -> list[str]:
         reasons.append(f"{steps} steps, not a known number of at least {MIN_STEPS}")
     if cell.compute_dtype != "float32":
         reasons.append(f"compute dtype {cell.compute_dtype}")
+    from rnnkit.layers import calibration
+
+    isa = calibration.machine()["isa"]
+    if isa not in FASTER_ON:
+        reasons.append(f"a CPU with {isa}, where the generic loop measured faster")
     return reasons
 
 

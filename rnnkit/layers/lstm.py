@@ -327,9 +327,10 @@ class LSTM(RecurrentLayer):
        needed, right-padded masks read forwards).
     3. On TensorFlow, an inference call of a batch of one in float32 without a mask,
        more than 256 and at most 512 units, at least 5 steps known when traced, and
-       `jit_compile` not `True`: a loop that projects every step's input before it
-       and runs per step only the recurrent product, in two halves side by side, and
-       the gates (`rnnkit.layers._one_sequence`).
+       `jit_compile` not `True`, on a CPU where it measured faster (with AMX): a loop
+       that projects every step's input before it and runs per step only the
+       recurrent product, in two halves side by side, and the gates
+       (`rnnkit.layers._one_sequence`).
     4. Otherwise the generic loop over the cell; a training call on TensorFlow
        differentiates it with the hand-written backward pass of
        `rnnkit.layers._bptt` (weight gradients as one matmul over all steps).

@@ -1,6 +1,8 @@
 """The wide LSTM's inference loop for a batch of one (`rnnkit.layers._one_sequence`):
 outputs, final states and gradients against Keras' LSTM with the same weights, and
-when the layer chooses it."""
+when the layer chooses it. The loop runs only on the CPUs where it measured faster
+(`FASTER_ON`); the tests count this machine's among them, so that they run the loop on
+any CPU, and the last takes it out again."""
 
 from __future__ import annotations
 
@@ -16,6 +18,14 @@ pytestmark = pytest.mark.skipif(
 )
 ONE_SEQUENCE = "one-sequence loop, input projection hoisted"
 WIDE = _one_sequence.MIN_UNITS + 4
+
+
+@pytest.fixture(autouse=True)
+def this_cpu_measured_faster(monkeypatch):
+    from rnnkit.layers import calibration
+
+    isa = calibration.machine()["isa"]
+    monkeypatch.setattr(_one_sequence, "FASTER_ON", (isa,))
 
 
 def _traced(layer, x, **kwargs):
@@ -130,3 +140,22 @@ def test_a_stateful_lstm_streams_one_sequence_in_pieces():
         np.asarray(whole(np.concatenate([x, x])))[:1],
         atol=1e-5,
     )
+
+
+def test_a_cpu_where_it_measured_slower_keeps_the_generic_loop(monkeypatch):
+    from rnnkit.layers import calibration
+
+    rng = np.random.default_rng(2)
+    one = rng.standard_normal((1, 5, 3)).astype("float32")
+    isa = calibration.machine()["isa"]
+    monkeypatch.setattr(_one_sequence, "FASTER_ON", ("AMX",) if isa != "AMX" else ())
+    layer = LSTM(WIDE)
+    _traced(layer, one)
+    assert layer.execution_path.startswith("generic loop"), layer.execution_path
+    assert _one_sequence.blockers(layer, one, None, False) == [
+        f"a CPU with {isa}, where the generic loop measured faster"
+    ]
+    monkeypatch.setattr(_one_sequence, "FASTER_ON", (isa,))
+    again = LSTM(WIDE)
+    _traced(again, one)
+    assert again.execution_path.startswith(ONE_SEQUENCE), again.execution_path
