@@ -193,6 +193,41 @@ def test_another_machines_measurements_are_not_used(monkeypatch):
     assert XLA not in traced_path(LSTM(8))[0]
 
 
+@pytest.mark.parametrize(
+    "flags, isa, bfloat16",
+    [
+        ("avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "AMX", "AMX"),  # Xeon, AMX
+        ("avx2 avx512f avx512_bf16", "AVX-512", "AVX512_BF16"),  # EPYC, Zen 4
+        ("avx2 avx512f", "AVX-512", None),
+        ("avx2", "AVX2", None),
+    ],
+)
+def test_the_machine_names_its_bfloat16_matrix_instructions_outside_the_key(
+    flags, isa, bfloat16, monkeypatch
+):
+    """What `_kernels.bfloat16_loop` asks of the CPU, read from /proc/cpuinfo's flags;
+    the cache's key (`machine_key`) does not hold it, so caches written before it
+    still match."""
+
+    class CpuInfo:
+        def __init__(self, path):
+            pass
+
+        def read_text(self, **kwargs):
+            return f"model name\t: Some CPU\ncpu family\t: 25\nflags\t\t: {flags}\n"
+
+    monkeypatch.setattr(calibration, "Path", CpuInfo)
+    calibration.machine.cache_clear()
+    try:
+        found = calibration.machine()
+        key = calibration.machine_key()
+    finally:
+        calibration.machine.cache_clear()
+    assert (found["isa"], found["bfloat16"]) == (isa, bfloat16)
+    assert key.startswith(f"Some CPU (family 25 model ?), {isa}, ")
+    assert "BF16" not in key
+
+
 def test_layers_follow_only_a_loaded_calibration(tmp_path):
     """The cache file alone changes nothing: a process loads it where it chooses
     (`load`, or `loaded` for a block), from the default place or from another."""

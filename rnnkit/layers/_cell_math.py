@@ -15,7 +15,7 @@ STATE_DTYPE = "float32"
 def activation_dtype(compute_dtype: str) -> str:
     """The dtype a cell applies its activations and gate arithmetic in: float32
     where it computes in bfloat16, else its compute dtype. The products (the
-    matmuls) stay in bfloat16, where a CPU with AMX runs them on its tiles; the
+    matmuls) stay in bfloat16, which a CPU with AMX or AVX512_BF16 runs faster; the
     element-wise work after them does not gain from bfloat16 on a CPU (TensorFlow
     converts each element to float32 and back) and loses precision (8 bits of
     mantissa): docs/performance.md, "The gates in float32"."""

@@ -64,7 +64,8 @@ def loop_in_float32(layer) -> bool:
     the hand-written backward pass was float32 only), while the float32 loop
     between bfloat16 neighbours runs at float32 speed, its inputs and outputs cast
     once per sequence: docs/performance.md, "Mixed precision on a CPU". A recurrent
-    layer's call may still run in bfloat16 on a CPU with AMX (`bfloat16_loop`)."""
+    layer's call may still run in bfloat16 on a CPU with bfloat16 matrix
+    instructions (`bfloat16_loop`)."""
     policy = layer.dtype_policy
     if (
         keras.backend.backend() != "tensorflow"
@@ -77,10 +78,12 @@ def loop_in_float32(layer) -> bool:
     return not tf.config.get_visible_devices("GPU")
 
 
-# Where a recurrent layer's loop runs in bfloat16 on a CPU with AMX (`bfloat16_loop`):
+# Where a recurrent layer's loop runs in bfloat16 on a CPU with bfloat16 matrix
+# instructions (`bfloat16_loop`), by their kind (`calibration.machine()["bfloat16"]`):
 # in training and in inference, sets of least units, rows of one loop (the batch over
 # its shards) and gate blocks (the cell's `num_gates`; any where not given), of which a
-# call must reach one.
+# call must reach one. AMX's tiles measured on an Intel Xeon, AVX512_BF16's dot
+# products on an AMD EPYC (Zen 4).
 AMX_BFLOAT16_TRAINING = (
     {"units": 512, "rows": 8, "gates": 3},  # the LSTM and the GRU, not the SimpleRNN
     {"units": 512, "rows": 16},
@@ -93,20 +96,30 @@ AMX_BFLOAT16_INFERENCE = (
     {"units": 1024, "rows": 8},
     {"units": 256, "rows": 128},
 )
+AVX512_BFLOAT16_TRAINING = (
+    {"units": 1024, "rows": 8, "gates": 3},  # the LSTM and the GRU
+    {"units": 256, "rows": 32},
+)
+AVX512_BFLOAT16_INFERENCE = (
+    {"units": 1024, "rows": 8, "gates": 3},
+    {"units": 512, "rows": 32},
+    {"units": 256, "rows": 32, "gates": 4},  # the LSTM
+)
 
 
 def bfloat16_loop(layer, sequences, training) -> bool:
     """Whether this call of `layer`, whose cell computes in float32 under
     mixed_bfloat16 (`loop_in_float32`), runs its loop in bfloat16 instead: on a CPU
-    with AMX, whose tiles TensorFlow's oneDNN matmuls use in bfloat16, in the plain
-    loop (XLA's CPU backend does not use them), for a cell with a hand-written
-    backward pass (LSTM, GRU, SimpleRNN: `bptt_num_saved`), which then runs in
-    bfloat16 too, where the step is large enough for AMX to pay for the compiled
-    loop it gives up: the units, rows per loop and gates of one of the sets in
-    `AMX_BFLOAT16_TRAINING` or `AMX_BFLOAT16_INFERENCE`, the rows known when
+    with bfloat16 matrix instructions (AMX's tiles or AVX512_BF16), which
+    TensorFlow's oneDNN matmuls use, in the plain loop (XLA's CPU backend does not
+    use them), for a cell with a hand-written backward pass (LSTM, GRU, SimpleRNN:
+    `bptt_num_saved`), which then runs in bfloat16 too, where the step is large
+    enough for those instructions to pay for the compiled loop it gives up: the
+    units, rows per loop and gates of one of the sets for that CPU and mode
+    (`AMX_BFLOAT16_TRAINING`, `AVX512_BFLOAT16_INFERENCE`, ...), the rows known when
     traced. Decided per call, because a layer fixes its policy before it sees a
-    batch: docs/performance.md, "On a CPU with AMX"."""
-    from rnnkit.layers import _batch_shards, _export
+    batch: docs/performance.md, "On a CPU with AMX" and "A third CPU"."""
+    from rnnkit.layers import _batch_shards, _export, calibration
 
     cell = layer.cell
     units = getattr(cell, "units", None)
@@ -120,14 +133,16 @@ def bfloat16_loop(layer, sequences, training) -> bool:
         or _export.active()
     ):
         return False
+    sets = {
+        "AMX": (AMX_BFLOAT16_TRAINING, AMX_BFLOAT16_INFERENCE),
+        "AVX512_BF16": (AVX512_BFLOAT16_TRAINING, AVX512_BFLOAT16_INFERENCE),
+    }.get(calibration.machine()["bfloat16"])
+    if sets is None:
+        return False
     shards, _ = _batch_shards.shards_for(layer, sequences)
     step = {"units": units, "rows": -(-batch // shards), "gates": cell.num_gates}
-    least = AMX_BFLOAT16_TRAINING if training else AMX_BFLOAT16_INFERENCE
-    if not any(all(step[key] >= at[key] for key in at) for at in least):
-        return False
-    from rnnkit.layers import calibration
-
-    return calibration.machine()["isa"] == "AMX"
+    least = sets[0] if training else sets[1]
+    return any(all(step[key] >= at[key] for key in at) for at in least)
 
 
 def in_bfloat16_loop(layer) -> bool:

@@ -49,9 +49,9 @@ def use_xla(layer, sequences, training, hand_written, side_by_side=False):
         tf.executing_eagerly()
         or sequences.shape[1] is None
         or tf.config.list_logical_devices("GPU")
-        # This call's bfloat16 loop on a CPU with AMX (`_kernels.bfloat16_loop`):
-        # XLA's CPU backend runs bfloat16 matmuls slower than float32 ones,
-        # TensorFlow's own use AMX.
+        # This call's bfloat16 loop on a CPU with bfloat16 matrix instructions
+        # (`_kernels.bfloat16_loop`): XLA's CPU backend runs bfloat16 matmuls slower
+        # than float32 ones, TensorFlow's own use AMX or AVX512_BF16.
         or _kernels.in_bfloat16_loop(layer)
     ):
         return False, None

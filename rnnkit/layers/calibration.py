@@ -120,7 +120,9 @@ class Measurement:
 @functools.cache
 def machine() -> dict:
     """What the cache is keyed by: the CPU (model name, family and model numbers), its
-    widest vector extension, the cores this process may use, TensorFlow's version."""
+    widest vector extension, the cores this process may use, TensorFlow's version;
+    and, not in the key, its bfloat16 matrix instructions ("AMX", "AVX512_BF16" or
+    None)."""
     import tensorflow as tf
 
     fields = {}
@@ -144,6 +146,16 @@ def machine() -> dict:
         ),
         "AVX2" if "avx2" in flags else (platform.machine() or "unknown"),
     )
+    # The CPU's bfloat16 matrix instructions, which TensorFlow's oneDNN matmuls use:
+    # AMX's tiles, or AVX512_BF16's dot products (`_kernels.bfloat16_loop`).
+    bfloat16 = next(
+        (
+            name
+            for name, flag in (("AMX", "amx_bf16"), ("AVX512_BF16", "avx512_bf16"))
+            if flag in flags
+        ),
+        None,
+    )
     cores = (
         len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
@@ -152,6 +164,7 @@ def machine() -> dict:
     return {
         "cpu": cpu or "unknown",
         "isa": isa,
+        "bfloat16": bfloat16,
         "cores": cores,
         "tensorflow": tf.__version__,
     }

@@ -87,7 +87,7 @@ class RecurrentCell(keras.layers.Layer, DropoutRNNCell):
     accumulate in float32 (`STATE_DTYPE`), so small updates are not rounded away;
     on a TensorFlow CPU a `mixed_bfloat16` layer's loop computes in float32
     throughout, which is faster there, but for a call whose step is large enough on
-    a CPU with AMX (`_kernels.bfloat16_loop`).
+    a CPU with AMX or AVX512_BF16 (`_kernels.bfloat16_loop`).
     Why, and the measurements: docs/guides/layers.md and docs/performance.md.
 
     Args:

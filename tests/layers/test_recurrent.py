@@ -198,43 +198,54 @@ def test_a_cell_in_bfloat16_runs_its_gates_in_float32(cell_cls, kwargs):
     keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU choice"
 )
 @pytest.mark.parametrize(
-    "isa, training, masked",
+    "bfloat16, training, masked",
     [
         ("AMX", True, False),
         ("AMX", True, True),  # the backward pass's masking, in bfloat16
         ("AMX", False, False),
-        ("AVX-512", True, False),
-        ("AVX-512", False, False),
+        ("AVX512_BF16", True, False),
+        ("AVX512_BF16", False, False),
+        (None, True, False),
+        (None, False, False),
     ],
-    ids=["AMX-training", "AMX-training-masked", "AMX-inference", "AVX-512-training",
-         "AVX-512-inference"],
+    ids=["AMX-training", "AMX-training-masked", "AMX-inference",
+         "AVX512_BF16-training", "AVX512_BF16-inference", "none-training",
+         "none-inference"],
 )  # fmt: skip
 @pytest.mark.parametrize("layer_cls", [LSTM, GRU, SimpleRNN])
-def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
-    layer_cls, isa, training, masked, monkeypatch
+def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_that_has_it(
+    layer_cls, bfloat16, training, masked, monkeypatch
 ):
-    """Per call: on a CPU with AMX a step of enough units and rows runs the loop in
-    bfloat16, uncompiled (in training with the hand-written backward pass in
-    bfloat16), near Keras' own float32 layer with the same weights: outputs and the
-    gradients of the inputs and every weight; the cell is back in float32 after the
-    call. A smaller batch or a narrower layer, or a CPU without AMX, keeps the
-    float32 loop."""
+    """Per call: on a CPU with bfloat16 matrix instructions (AMX, AVX512_BF16) a step
+    of enough units and rows for that CPU runs the loop in bfloat16, uncompiled (in
+    training with the hand-written backward pass in bfloat16), near Keras' own
+    float32 layer with the same weights: outputs and the gradients of the inputs and
+    every weight; the cell is back in float32 after the call. A smaller batch or a
+    narrower layer, or a CPU without them, keeps the float32 loop."""
     import tensorflow as tf
 
     from rnnkit.layers import _kernels, calibration
 
     if tf.config.get_visible_devices("GPU"):
         pytest.skip("a GPU is visible: the loop computes in bfloat16 there")
-    machine = {**calibration.machine(), "isa": isa}
+    machine = {**calibration.machine(), "bfloat16": bfloat16}
     monkeypatch.setattr(calibration, "machine", lambda: machine)
     units, rows = 8, 4  # a batch of 4 runs in one loop (`batch_shards`)
-    # Any set lets a call through; the second asks for more units than this layer
-    # has, the third for more gates than any cell, so the batch of rows // 2 below
-    # keeps the float32 loop.
+    # Any set of this CPU's lets a call through; the second asks for more units than
+    # this layer has, the third for more gates than any cell, so the batch of
+    # rows // 2 below keeps the float32 loop. The other CPU's sets let nothing
+    # through.
     beyond = ({"units": 2 * units, "rows": 1}, {"units": 1, "rows": 1, "gates": 5})
     least = ({"units": units, "rows": rows}, *beyond)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", least)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", least)
+    sets = {"AMX": "AMX_BFLOAT16", "AVX512_BF16": "AVX512_BFLOAT16"}
+
+    def allow(least):
+        for kind, name in sets.items():
+            mine = least if kind == bfloat16 else beyond
+            monkeypatch.setattr(_kernels, f"{name}_TRAINING", mine)
+            monkeypatch.setattr(_kernels, f"{name}_INFERENCE", mine)
+
+    allow(least)
     previous = keras.config.dtype_policy()
     try:
         keras.config.set_dtype_policy("mixed_bfloat16")
@@ -298,7 +309,7 @@ def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
                 np.testing.assert_allclose(
                     np.float32(gradient), reference_gradient, atol=0.05 * scale, rtol=0
                 )
-        in_bfloat16 = isa == "AMX" and batch == rows
+        in_bfloat16 = bfloat16 is not None and batch == rows
         assert ("in bfloat16 under mixed_bfloat16" in path) == in_bfloat16, path
         assert ("in float32 under mixed_bfloat16" in path) != in_bfloat16, path
         if in_bfloat16:
@@ -308,9 +319,7 @@ def test_under_mixed_bfloat16_a_large_step_runs_in_bfloat16_on_a_cpu_with_amx(
             float32_loop = tf.cast(tf.cast(expected[:batch], "bfloat16"), "float32")
             assert np.abs(np.float32(outputs) - float32_loop).max() > 0
     # A narrower layer than the least units keeps the float32 loop at any batch.
-    narrower = ({"units": units + 1, "rows": rows}, *beyond)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_TRAINING", narrower)
-    monkeypatch.setattr(_kernels, "AMX_BFLOAT16_INFERENCE", narrower)
+    allow(({"units": units + 1, "rows": rows}, *beyond))
     if not masked:
         tf.function(lambda v: layer(v, training=training))(tf.constant(x, "bfloat16"))
         assert "in float32 under mixed_bfloat16" in layer.execution_path
