@@ -250,7 +250,9 @@ class BahdanauAttention(keras.layers.Layer):
             loop_dtype = projected_query.dtype
             if _kernels.loop_in_float32(self):
                 # XLA's CPU backend computes bfloat16 slower than float32: the
-                # per-query loop runs in float32, cast in and out once per call.
+                # per-query loop runs in float32, cast in once per call, and its
+                # scores stay in float32 through the softmax (element-wise work,
+                # no faster in bfloat16 on a CPU), cast out as weights below.
                 loop_dtype = "float32"
                 self.execution_path = f"{XLA_PATH}, in float32 under mixed_bfloat16"
             scores = _bahdanau_xla.sequence_scores(
@@ -259,7 +261,6 @@ class BahdanauAttention(keras.layers.Layer):
                     for tensor in (projected_query, projected_key, score_vector)
                 )
             )  # (batch, Tq, Tv)
-            scores = ops.cast(scores, projected_query.dtype)
         else:
             score = keras.remat(self._step_scores)
             scores = ops.map(
@@ -277,6 +278,7 @@ class BahdanauAttention(keras.layers.Layer):
             use_causal_mask,
         )
         weights = _attention.masked_softmax(scores, mask)  # (batch, Tq, Tv)
+        weights = ops.cast(weights, value.dtype)  # from float32 on a CPU, above
         context = ops.matmul(weights, value)  # (batch, Tq, value_dim)
         if single_step:
             context = ops.squeeze(context, 1)  # (batch, value_dim)

@@ -341,6 +341,27 @@ def test_mixed_precision_runs_in_float16():
     assert np.all(weights[np.broadcast_to(~value_mask[:, None], weights.shape)] == 0)
 
 
+def test_under_mixed_bfloat16_scores_and_output_come_back_in_bfloat16():
+    """On a TensorFlow CPU the per-query loop and the softmax run in float32; what the
+    layer returns is still in its compute dtype, padded keys at exactly zero."""
+    data = inputs(16)
+    value_mask = checks.padding_mask()
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        layer = BahdanauAttention(UNITS)
+        output, weights = layer(
+            **data, value_mask=value_mask, return_attention_scores=True
+        )
+    finally:
+        keras.config.set_dtype_policy(previous)
+    for tensor in (output, weights):
+        assert keras.backend.standardize_dtype(tensor.dtype) == "bfloat16"
+    weights = keras.ops.convert_to_numpy(weights).astype("float32")
+    assert np.all(weights[np.broadcast_to(~value_mask[:, None], weights.shape)] == 0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=2e-2)
+
+
 @pytest.mark.parametrize("policy", sorted(checks.MIXED_TOLERANCES))
 def test_mixed_precision_outputs_and_gradients_match_float32(policy):
     data = inputs(15)
