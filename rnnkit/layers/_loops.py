@@ -77,7 +77,8 @@ def _dtype_note(layer) -> str:
     if cell_dtype != layer.compute_dtype:
         return f", in {cell_dtype} under {policy}"
     if _kernels.in_bfloat16_loop(layer):
-        return f", in bfloat16 under {policy} (a step large enough for its matmuls)"
+        why = "a step large enough for the CPU's bfloat16 matmuls"
+        return f", in bfloat16 under {policy} ({why})"
     return ""
 
 

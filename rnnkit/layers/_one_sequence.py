@@ -66,6 +66,8 @@ def blockers(layer, sequences, mask, training) -> list[str]:
         reasons.append(f"{steps} steps, not a known number of at least {MIN_STEPS}")
     if cell.compute_dtype != "float32":
         reasons.append(f"compute dtype {cell.compute_dtype}")
+    if reasons:  # the CPU last, and only on TensorFlow (`machine` imports it)
+        return reasons
     from rnnkit.layers import calibration
 
     isa = calibration.machine()["isa"]
